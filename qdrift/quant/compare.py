@@ -1,0 +1,57 @@
+"""Divergence of a quantized model from its baseline: logits, and weights layer by layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from qdrift.quant.model import state_of
+
+
+@dataclass(frozen=True)
+class LogitComparison:
+    kl_mean: float  # KL(baseline || quantized), nats per position
+    kl_max: float
+    top1_agreement: float  # share of positions whose argmax token is unchanged
+    max_abs: float  # largest absolute logit difference
+
+
+def compare_logits(baseline: torch.Tensor, quantized: torch.Tensor) -> LogitComparison:
+    """Compare two logit tensors [..., vocab] position by position."""
+    p = torch.log_softmax(baseline.float(), dim=-1)
+    q = torch.log_softmax(quantized.float(), dim=-1)
+    kl = (p.exp() * (p - q)).sum(-1)
+    agree = (baseline.argmax(-1) == quantized.argmax(-1)).float().mean()
+    return LogitComparison(
+        kl_mean=float(kl.mean()), kl_max=float(kl.max()), top1_agreement=float(agree),
+        max_abs=float((baseline.float() - quantized.float()).abs().max()),
+    )
+
+
+@dataclass(frozen=True)
+class WeightError:
+    name: str
+    phase: str
+    sqnr_db: float  # signal-to-quantization-noise ratio; higher is better
+    rel_error: float  # ||w_q - w|| / ||w||
+
+
+def weight_errors(model: nn.Module) -> list[WeightError]:
+    """Per quantized weight and phase: how far the fake-quantized weight is from the original."""
+    state = state_of(model)
+    if state is None:
+        raise ValueError("model is not quantized by qdrift")
+    rows = []
+    for mq in state.modules:
+        for slot in mq.slots:
+            if slot.original is None:
+                raise ValueError("weights were quantized with keep_original=False: no reference to compare to")
+            ref = slot.original.data.float()
+            for phase, data in slot.data.items():
+                err = (data.float().to(ref.device) - ref).norm()
+                rel = float(err / ref.norm().clamp_min(1e-30))
+                sqnr = float("inf") if err == 0 else float(20 * torch.log10(ref.norm() / err))
+                rows.append(WeightError(f"{slot.target.name}.{slot.param}", phase, sqnr, rel))
+    return rows

@@ -1,0 +1,71 @@
+"""Tiny randomly initialised causal LMs of every architecture family qdrift covers.
+
+They need no download, build in milliseconds, and keep the dimensions that matter for
+quantization (group sizes up to 128 divide every input dim; head_dim 32), so tests, benchmarks and
+the offline demo exercise the same code paths a 7B model does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+MOE = dict(moe_intermediate_size=128, num_experts_per_tok=2)
+
+
+def _configs() -> dict:
+    import transformers as T
+
+    found = {}
+
+    def add(name, cls_name, **kw):
+        cls = getattr(T, cls_name, None)
+        if cls is not None:  # only the architectures this transformers provides
+            found[name] = (cls, kw)
+
+    add("llama", "LlamaConfig", **COMMON, head_dim=32)
+    add("qwen2", "Qwen2Config", **COMMON)
+    add("qwen3", "Qwen3Config", **COMMON, head_dim=32)
+    add("mistral", "MistralConfig", **COMMON, head_dim=32, sliding_window=None)
+    add("gpt2", "GPT2Config", vocab_size=256, n_embd=128, n_layer=2, n_head=4, n_positions=512,
+        bos_token_id=0, eos_token_id=0)
+    add("gemma2", "Gemma2Config", **COMMON, head_dim=32, sliding_window=16, query_pre_attn_scalar=32)
+    add("gemma3", "Gemma3TextConfig", **COMMON, head_dim=32, sliding_window=16, query_pre_attn_scalar=32)
+    add("phi3", "Phi3Config", **COMMON, pad_token_id=0)
+    add("mixtral", "MixtralConfig", **COMMON, num_local_experts=4, num_experts_per_tok=2)
+    add("qwen2_moe", "Qwen2MoeConfig", **COMMON, **MOE, num_experts=4, shared_expert_intermediate_size=128)
+    add("qwen3_moe", "Qwen3MoeConfig", **COMMON, **MOE, num_experts=4, head_dim=32)
+    add("deepseek_v3", "DeepseekV3Config", **{**COMMON, "num_key_value_heads": 4}, **MOE,
+        n_routed_experts=4, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+        q_lora_rank=128, kv_lora_rank=128, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32)
+    add("glm4_moe", "Glm4MoeConfig", **COMMON, **MOE, n_routed_experts=4, n_shared_experts=1,
+        first_k_dense_replace=1, n_group=1, topk_group=1, head_dim=32)
+    return found
+
+
+def architectures() -> list[str]:
+    """The tiny architectures available with the installed transformers."""
+    return list(_configs())
+
+
+def tiny_config(arch: str):
+    configs = _configs()
+    if arch not in configs:
+        import difflib
+
+        close = difflib.get_close_matches(arch, configs, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"Unknown tiny architecture '{arch}'.{hint} Available: {', '.join(configs)}")
+    cls, kw = configs[arch]
+    return cls(**kw)
+
+
+def tiny_model(arch: str = "llama", *, seed: int = 0, dtype: torch.dtype = torch.float32):
+    """A tiny random `AutoModelForCausalLM` of `arch`, in eval mode, with eager attention."""
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config(arch)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
+    return model.eval()

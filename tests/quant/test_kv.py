@@ -1,0 +1,114 @@
+"""KV-cache quantization: each state quantized once, on write, checked against torch's float8 casts."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import qdrift
+from qdrift.quant.kv import QuantizedKVLayerMixin
+from qdrift.tiny import tiny_model
+
+from .conftest import prompt
+
+
+def fp8_roundtrip(x: torch.Tensor) -> torch.Tensor:
+    return x.float().clamp(-448, 448).to(torch.float8_e4m3fn).to(x.dtype)
+
+
+def raw_layer0_keys(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    model = tiny_model("llama")
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    return cache.layers[0].keys, cache.layers[0].values
+
+
+def test_unit_scale_fp8_cache_matches_torch_cast_bit_for_bit():
+    ids = prompt(n=10)
+    raw_k, raw_v = raw_layer0_keys(ids)  # layer 0 states do not depend on earlier KV quantization
+    model = qdrift.quantize(tiny_model("llama"), "w16-a16-kv:fp8e4m3@unit")
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    assert torch.equal(cache.layers[0].keys, fp8_roundtrip(raw_k))
+    assert torch.equal(cache.layers[0].values, fp8_roundtrip(raw_v))
+
+
+def test_decode_steps_never_requantize_old_tokens():
+    model = qdrift.quantize(tiny_model("llama"), "w16-a16-kv:4g32@dyn")
+    ids = prompt(n=10, batch=1)
+    calls = {"n": 0}
+    quantizer = model._qdrift_state.kv[0].keys
+    original = quantizer.qdq
+
+    def counting(x):
+        calls["n"] += x.shape[-2]
+        return original(x)
+
+    quantizer.qdq = counting
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+        cache = out.cache
+        before = cache.layers[1].keys.clone()
+        tok = out.logits[:, -1:].argmax(-1)
+        for _ in range(5):
+            out = model(tok, cache=cache, use_cache=True)
+            tok = out.logits[:, -1:].argmax(-1)
+    assert torch.equal(cache.layers[1].keys[:, :, :10], before)
+    assert calls["n"] == 10 + 5, "layer-0 keys: each token quantized exactly once"
+
+
+def test_full_precision_window_keeps_recent_tokens_exact():
+    ids = prompt(n=12)
+    raw_k, _ = raw_layer0_keys(ids)
+    model = qdrift.quantize(tiny_model("llama"), "w16-a16-kv:fp8e4m3@unit-win4")
+    with torch.no_grad():
+        keys = model(ids, use_cache=True).cache.layers[0].keys
+    assert torch.equal(keys[:, :, -4:], raw_k[:, :, -4:])
+    assert torch.equal(keys[:, :, :-4], fp8_roundtrip(raw_k[:, :, :-4]))
+
+
+def test_per_channel_dynamic_keys_wait_for_a_full_token_block():
+    ids = prompt(n=13)
+    raw_k, _ = raw_layer0_keys(ids)
+    model = qdrift.quantize(tiny_model("llama"), "w16-a16-k:4c4@dyn-v:16")
+    with torch.no_grad():
+        keys = model(ids, use_cache=True).cache.layers[0].keys
+    assert torch.equal(keys[:, :, 12:], raw_k[:, :, 12:]), "the incomplete block stays in full precision"
+    block = raw_k[:, :, 4:8]  # reference: symmetric int4 per channel over the 4 tokens of the block
+    scale = block.abs().amax(dim=-2, keepdim=True) / 7
+    ref = (block / scale).round().clamp(-7, 7) * scale
+    torch.testing.assert_close(keys[:, :, 4:8], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_static_kv_scales_come_from_calibration():
+    calib = [prompt(n=16, batch=1, seed=s) for s in range(3)]
+    amax = max(raw_layer0_keys(c)[0].abs().max() for c in calib)
+    model = qdrift.quantize(tiny_model("llama"), "w16-a16-kv:fp8e4m3@static", calibration=calib)
+    scale = model._qdrift_state.kv[0].keys.scales.scale
+    torch.testing.assert_close(scale.reshape(()), amax / 448)
+
+
+def test_user_cache_and_generate_are_both_converted():
+    model = qdrift.quantize(tiny_model("llama"), "w16-a16-kv:8@dyn")
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(prompt(), cache=cache, use_cache=True)
+        out = model.generate(prompt(), max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    assert all(isinstance(layer, QuantizedKVLayerMixin) for layer in cache.layers)
+    assert all(isinstance(layer, QuantizedKVLayerMixin) for layer in out.cache.layers)
+
+
+def test_cache_already_filled_in_full_precision_is_refused():
+    model = tiny_model("llama")
+    with torch.no_grad():
+        cache = model(prompt(), use_cache=True).cache
+        qdrift.quantize(model, "w16-a16-kv:8@dyn")
+        with pytest.raises(ValueError, match="already holds .* tokens written without KV quantization"):
+            model(prompt(n=1), cache=cache, use_cache=True)
+
+
+def test_sliding_window_layers_quantize_too():
+    model = qdrift.quantize(tiny_model("gemma2"), "w16-a16-k:4c8@dyn-v:4@dyn-win4")
+    with torch.no_grad():
+        out = model.generate(prompt(n=30), max_new_tokens=10, do_sample=False, return_dict_in_generate=True)
+    kinds = {type(layer).__name__ for layer in out.cache.layers}
+    assert kinds == {"QDriftDynamicSlidingWindowLayer", "QDriftDynamicLayer"}

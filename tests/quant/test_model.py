@@ -1,0 +1,143 @@
+"""quantize / restore / spec_of: in place, once, reversible, and loud about bad input."""
+
+import pytest
+import torch
+
+import qdrift
+from qdrift.quant.compare import weight_errors
+from qdrift.tiny import tiny_model
+
+from .conftest import prompt
+
+
+def test_quantize_is_in_place_and_reports_its_spec(llama):
+    out = qdrift.quantize(llama, "w4g32-a16-kv:16")
+    assert out is llama
+    assert str(qdrift.spec_of(llama)) == "w4g32-a16-kv:16"
+    assert qdrift.spec_of(tiny_model("llama")) is None
+
+
+def test_restore_gives_back_the_baseline_exactly(llama):
+    ids = prompt()
+    originals = {n: p for n, p in llama.named_parameters()}
+    with torch.no_grad():
+        ref = llama(ids).logits
+        qdrift.quantize(llama, "wfp8e4m3/4g32-a8-kv:fp8e4m3@unit-win2")
+        assert not torch.equal(llama(ids).logits, ref)
+        qdrift.restore(llama)
+        assert torch.equal(llama(ids).logits, ref)
+    assert all(p is originals[n] for n, p in llama.named_parameters())
+    assert not llama.model._forward_pre_hooks
+    assert not any(m._forward_pre_hooks for m in llama.modules())
+    assert qdrift.spec_of(llama) is None
+
+
+def test_weights_are_quantized_once_not_every_forward(llama, monkeypatch):
+    qdrift.quantize(llama, "w4g32-a16-kv:16")
+    from qdrift.quant import schemes
+
+    def fail(*a, **k):
+        raise AssertionError("weight re-quantized during a forward")
+
+    monkeypatch.setattr(schemes, "quantize_weight", fail)
+    with torch.no_grad():
+        llama.generate(prompt(), max_new_tokens=4, do_sample=False)
+
+
+def test_prefill_and_decode_use_their_own_weights(llama):
+    uniform8 = qdrift.quantize(tiny_model("llama"), "w8-a16-kv:16")
+    uniform4 = qdrift.quantize(tiny_model("llama"), "w4-a16-kv:16")
+    qdrift.quantize(llama, "w8/4-a16-kv:16")
+    ids = prompt(n=8, batch=1)
+    slot = llama._qdrift_state.modules[0].slots[0]
+    with torch.no_grad():
+        prefill = llama(ids, use_cache=True)
+        assert slot.live.data is slot.data["prefill"]
+        assert torch.equal(prefill.logits, uniform8(ids).logits)
+        cache8 = uniform8(ids, use_cache=True).cache  # same prefill, so the same cache contents
+        nxt = prefill.logits[:, -1:].argmax(-1)
+        step = llama(nxt, cache=prefill.cache, use_cache=True)
+        assert slot.live.data is slot.data["decode"]
+        assert torch.equal(step.logits, uniform4(nxt, cache=cache8, use_cache=True).logits)
+
+
+def test_tied_head_named_explicitly_is_untied_from_the_embedding():
+    model = tiny_model("llama")
+    model.lm_head.weight = model.model.embed_tokens.weight  # tie them
+    emb = model.model.embed_tokens.weight.detach().clone()
+    qdrift.quantize(model, "w4-a16-kv:16-only:lm_head")
+    assert torch.equal(model.model.embed_tokens.weight, emb)
+    assert not torch.equal(model.lm_head.weight, emb)
+
+
+def test_default_selection_skips_head_embeddings_and_routers():
+    model = qdrift.quantize(tiny_model("mixtral"), "w4-a16-kv:16")
+    names = {t.name for t in model._qdrift_state.targets}
+    assert "lm_head" not in names and "model.embed_tokens" not in names
+    assert not any(n.endswith(".gate") for n in names)
+    assert "model.layers.0.mlp.experts" in names and "model.layers.0.self_attn.q_proj" in names
+
+
+def test_weight_error_shrinks_with_more_bits():
+    errs = {}
+    for bits in (8, 4, 2):
+        model = qdrift.quantize(tiny_model("llama"), f"w{bits}g32-a16-kv:16")
+        errs[bits] = max(e.rel_error for e in weight_errors(model))
+    assert errs[8] < errs[4] < errs[2]
+
+
+def test_static_activation_scales_are_calibrated(llama):
+    calib = [prompt(n=16, batch=1, seed=s) for s in range(2)]
+    qdrift.quantize(llama, "w8-a8t-kv:16", calibration=calib)
+    q = llama._qdrift_state.modules[0].acts["prefill"]["in"]
+    assert q.scales is not None and float(q.scales.scale.reshape(-1)[0]) > 0
+    with torch.no_grad():
+        assert torch.isfinite(llama(prompt()).logits).all()
+
+
+@pytest.mark.parametrize(
+    "spec, kwargs, match",
+    [
+        ("w4g48-a16-kv:16", {}, r"group size 48 does not divide its dimension 128"),
+        ("w4-a16-kv:16-only:*.nonexistent", {}, r"include pattern '\*.nonexistent' matches no quantizable module"),
+        ("w4-a16-kv:16-skip:*.nothing", {}, r"exclude pattern '\*.nothing' matches no"),
+        ("w8-a8t-kv:16", {}, r"static scales .* pass calibration="),
+        ("w8-a16-kv:fp8e4m3@static", {}, r"static scales .* pass calibration="),
+        ("w8-a16-kv:16", {"calibration": [prompt()]}, r"no static scales to calibrate"),
+        ("w8-a8-kv:16-only:model.embed_tokens", {}, r"activations cannot be quantized on embedding"),
+    ],
+)
+def test_bad_input_raises_a_clear_error(llama, spec, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        qdrift.quantize(llama, spec, **kwargs)
+    assert qdrift.spec_of(llama) is None, "a failed quantize must leave the model untouched"
+    assert not any(m._forward_pre_hooks for m in llama.modules())
+
+
+def test_quantizing_twice_is_refused(llama):
+    qdrift.quantize(llama, "w8-a16-kv:16")
+    with pytest.raises(ValueError, match="already quantized with 'w8-a16-kv:16'; call qdrift.restore"):
+        qdrift.quantize(llama, "w4-a16-kv:16")
+
+
+def test_restore_without_originals_says_why(llama):
+    qdrift.quantize(llama, "w8-a16-kv:16", keep_original=False)
+    with pytest.raises(RuntimeError, match="keep_original=False"):
+        qdrift.restore(llama)
+
+
+def test_originals_can_be_parked_on_another_device(llama):
+    qdrift.quantize(llama, "w8-a16-kv:16", original_device="cpu")
+    ids = prompt()
+    with torch.no_grad():
+        ref = tiny_model("llama")(ids).logits
+        qdrift.restore(llama)
+        assert torch.equal(llama(ids).logits, ref)
+
+
+def test_all_zero_weights_stay_zero_not_nan(llama):
+    with torch.no_grad():
+        llama.model.layers[0].mlp.up_proj.weight.zero_()
+    qdrift.quantize(llama, "w4g32z-a8-kv:16")
+    w = llama.model.layers[0].mlp.up_proj.weight
+    assert torch.equal(w, torch.zeros_like(w))

@@ -100,13 +100,14 @@ def bench_decode_vs_context(args, device, dtype) -> None:
         with torch.no_grad():
             caches = {"base": base(ids, use_cache=True).cache, "quant": quant(ids, use_cache=True).cache}
 
-            def step(model, name):
+            def step(model, cache, tok=tok):
                 def run():
-                    model(tok, cache=caches[name], use_cache=True)
-                    caches[name].crop(-1)  # keep the context fixed across repeats
+                    model(tok, cache=cache, use_cache=True)
+                    cache.crop(-1)  # keep the context fixed across repeats
                 return run
 
-            t = alternate({"base": step(base, "base"), "quant": step(quant, "quant")}, args.repeats, device)
+            fns = {"base": step(base, caches["base"]), "quant": step(quant, caches["quant"])}
+            t = alternate(fns, args.repeats, device)
         ratios[ctx] = t["quant"] / t["base"]
         print(f"3. decode step at context {ctx}: baseline {t['base'] * 1e3:.2f} ms, FP8 KV {t['quant'] * 1e3:.2f} ms, "
               f"ratio {ratios[ctx]:.3f}")

@@ -20,7 +20,7 @@ def _load(model_ref: str, dtype: str):
     if not Path(model_ref).exists():
         raise SystemExit(
             f"qdrift: model '{model_ref}' is not a local directory. Give a path to a saved "
-            "transformers model, or a built-in tiny model such as tiny:llama (see --list-tiny)"
+            "transformers model, or a built-in tiny model such as tiny:llama (`qdrift tiny` lists them)"
         )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,7 +58,10 @@ def cmd_quantize(args) -> int:
         spec = QuantSpec.parse(args.spec)
     except ValueError as e:
         raise SystemExit(f"qdrift: bad --spec: {e}") from None
-    model, tok = _load(args.model, args.dtype)
+    try:
+        model, tok = _load(args.model, args.dtype)
+    except ValueError as e:
+        raise SystemExit(f"qdrift: {e}") from None
     vocab = model.config.get_text_config().vocab_size
     prompt = torch.randint(0, vocab, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -13,6 +13,8 @@ cache a model creates inside a manual forward loop.
 
 from __future__ import annotations
 
+from abc import ABC
+
 import torch
 from transformers.cache_utils import (
     Cache,
@@ -141,46 +143,56 @@ class LayerKVQuantizer:
         return [q for q in (self.keys, self.values) if q is not None]
 
 
-class QuantizedKVLayerMixin:
-    """Placed before a transformers cache layer class: quantizes states as they are written."""
+class QuantizedKVLayerMixin(ABC):  # noqa: B024 (a marker: classes join it by register())
+    """Marker of the cache layers qdrift converted (`isinstance(layer, QuantizedKVLayerMixin)`)."""
 
-    _qdrift: LayerKVQuantizer
-    _qdrift_pending: tuple[int, int]
 
-    def update(self, key_states, value_states, *args, **kwargs):
-        q = self._qdrift
-        n = key_states.shape[-2]
-        if q.keys is not None:
-            key_states = q.keys.on_write(key_states)
-        if q.values is not None:
-            value_states = q.values.on_write(value_states)
-        keys, values = super().update(key_states, value_states, *args, **kwargs)
-        pk, pv = self._qdrift_pending
-        if q.keys is not None:
-            pk = q.keys.settle(keys, pk + n)
-        if q.values is not None:
-            pv = q.values.settle(values, pv + n)
-        stored = self.keys.shape[-2] if self.keys is not None and self.keys.dim() == 4 else 0
-        self._qdrift_pending = (min(pk, stored), min(pv, stored))
-        return keys, values
+def _update(self, base, key_states, value_states, *args, **kwargs):
+    """Quantize states as they are written, then let the base layer store them."""
+    q = self._qdrift
+    n = key_states.shape[-2]
+    if q.keys is not None:
+        key_states = q.keys.on_write(key_states)
+    if q.values is not None:
+        value_states = q.values.on_write(value_states)
+    keys, values = base.update(self, key_states, value_states, *args, **kwargs)
+    pk, pv = self._qdrift_pending
+    if q.keys is not None:
+        pk = q.keys.settle(keys, pk + n)
+    if q.values is not None:
+        pv = q.values.settle(values, pv + n)
+    self._qdrift_pending = _clamp(self, (pk, pv))
+    return keys, values
 
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        stored = self.keys.shape[-2] if self.keys is not None and self.keys.dim() == 4 else 0
-        self._qdrift_pending = tuple(min(p, stored) for p in self._qdrift_pending)
 
-    def reset(self) -> None:
-        super().reset()
-        self._qdrift_pending = (0, 0)
+def _clamp(layer, pending: tuple[int, int]) -> tuple[int, int]:
+    stored = layer.keys.shape[-2] if layer.keys is not None and layer.keys.dim() == 4 else 0
+    return tuple(min(p, stored) for p in pending)
 
 
 _CLASSES: dict[type, type] = {}
 
 
 def quantized_layer_class(base: type) -> type:
+    """A subclass of `base` that quantizes on write; it adds no slots, so a live layer can switch to it."""
     if base not in _CLASSES:
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            return _update(self, base, key_states, value_states, *args, **kwargs)
+
+        def crop(self, tokens_to_remove: int) -> None:
+            base.crop(self, tokens_to_remove)
+            self._qdrift_pending = _clamp(self, self._qdrift_pending)
+
+        def reset(self) -> None:
+            base.reset(self)
+            self._qdrift_pending = (0, 0)
+
         # `_layer_type=None` keeps transformers from registering the subclass as a layer type.
-        _CLASSES[base] = type(f"QDrift{base.__name__}", (QuantizedKVLayerMixin, base), {"_layer_type": None})
+        ns = {"_layer_type": None, "update": update, "crop": crop, "reset": reset, "__module__": __name__}
+        cls = type(f"QDrift{base.__name__}", (base,), ns)
+        QuantizedKVLayerMixin.register(cls)
+        _CLASSES[base] = cls
     return _CLASSES[base]
 
 

@@ -31,7 +31,7 @@ class WeightSlot:
     live: nn.Parameter
 
     def show(self, phase: str) -> None:
-        if self.live.data is not self.data[phase]:
+        if self.live.data_ptr() != self.data[phase].data_ptr():
             self.live.data = self.data[phase]
 
 

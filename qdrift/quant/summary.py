@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -69,8 +70,10 @@ def kv_shapes(model: nn.Module) -> list[tuple[int, int, int, int]]:
     """(key heads, key dim, value heads, value dim) per cache layer, read from a one-token forward."""
     device = next(model.parameters()).device
     cache = DynamicCache(config=model.config)
+    base = model.base_model
+    name = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
     with torch.no_grad():
-        model.base_model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), cache=cache, use_cache=True)
+        base(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=True, **{name: cache})
     return [
         (layer.keys.shape[1], layer.keys.shape[-1], layer.values.shape[1], layer.values.shape[-1])
         for layer in cache.layers

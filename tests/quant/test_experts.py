@@ -10,8 +10,10 @@ MOE = ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "glm4_moe"]
 
 
 @pytest.mark.parametrize("arch", MOE)
-def test_reproduced_forward_matches_the_original_exactly(arch):
+@pytest.mark.parametrize("implementation", ["eager", "grouped_mm"])
+def test_reproduced_forward_matches_the_original(arch, implementation):
     model = tiny_model(arch)
+    model.set_experts_implementation(implementation)
     bank_name, bank = next((n, m) for n, m in model.named_modules() if type(m).__name__ in experts.KNOWN)
     hidden = torch.randn(6, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     n_exp = bank.num_experts
@@ -23,7 +25,9 @@ def test_reproduced_forward_matches_the_original_exactly(arch):
         out = bank(hidden, idx, weights)
         experts.uninstall(bank)
         again = bank(hidden, idx, weights)
-    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    # Bit-exact against the eager loop it reproduces; grouped kernels sum in another order.
+    tol = {"rtol": 0, "atol": 0} if implementation == "eager" else {"rtol": 1e-5, "atol": 1e-7}
+    torch.testing.assert_close(out, ref, **tol)
     assert torch.equal(again, ref)
 
 

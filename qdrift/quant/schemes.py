@@ -49,12 +49,15 @@ def check_divides(scheme: TensorScheme, dim: int, where: str) -> None:
 def quantize_weight(weight: torch.Tensor, scheme: TensorScheme, salt: str) -> torch.Tensor:
     """Fake-quantize a weight laid out [..., out, in] (input dimension last), once.
 
-    Leading dims (fused MoE experts) are independent matrices: per-tensor means per matrix.
+    Leading dims (fused MoE experts) are independent matrices, quantized one by one, so that
+    per-tensor scales and NVFP4's global scale are per expert, as serving engines store them.
     """
+    if weight.dim() > 2:
+        return torch.stack([quantize_weight(w, scheme, f"{salt}[{i}]") for i, w in enumerate(weight)])
     fmt = number_format(scheme)
     gen = make_generator(scheme, salt, weight.device)
     if scheme.granularity == "tensor":
-        flat = weight.reshape(*weight.shape[:-2], 1, -1)
+        flat = weight.reshape(1, -1)
         out = fmt.fake_quantize(flat, clip=scheme.clip, generator=gen)
         return out.reshape(weight.shape)
     return fmt.fake_quantize(weight, block_size=_block(scheme), clip=scheme.clip, generator=gen)

@@ -141,3 +141,16 @@ def test_all_zero_weights_stay_zero_not_nan(llama):
     qdrift.quantize(llama, "w4g32z-a8-kv:16")
     w = llama.model.layers[0].mlp.up_proj.weight
     assert torch.equal(w, torch.zeros_like(w))
+
+
+def test_expert_banks_get_one_tensor_scale_per_expert():
+    """An expert with 100x larger weights must not coarsen the others' per-tensor scale."""
+    model = tiny_model("mixtral")
+    bank = model.model.layers[0].mlp.experts
+    with torch.no_grad():
+        bank.down_proj[0].mul_(100)
+    ref = bank.down_proj.detach().clone()
+    qdrift.quantize(model, "w8t-a16-kv:16")
+    w1, r1 = bank.down_proj[1], ref[1]
+    scale = r1.abs().max() / 127  # direct reference: symmetric int8, one scale for expert 1 alone
+    torch.testing.assert_close(w1, (r1 / scale).round().clamp(-127, 127) * scale)

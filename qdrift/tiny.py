@@ -9,7 +9,28 @@ from __future__ import annotations
 
 import torch
 
-COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+# 256 byte tokens and the three special tokens of `tiny_tokenizer`, rounded up.
+VOCAB = 272
+SPECIALS = ("<pad>", "<|im_start|>", "<|im_end|>")
+
+# ChatML with Hermes-style tools: tool schemas in the system turn, calls as <tool_call> JSON,
+# results as <tool_response>. Every rendering is a prefix of the rendering of a longer conversation.
+# (transformers renders with trim_blocks, so a newline right after a block tag is written {{ '\\n' }}.)
+CHAT_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n{% endif %}"
+    "Tools:{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}"
+    "Call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call><|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'system' %}"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
 MOE = dict(moe_intermediate_size=128, num_experts_per_tok=2)
 
@@ -28,7 +49,7 @@ def _configs() -> dict:
     add("qwen2", "Qwen2Config", **COMMON)
     add("qwen3", "Qwen3Config", **COMMON, head_dim=32)
     add("mistral", "MistralConfig", **COMMON, head_dim=32, sliding_window=None)
-    add("gpt2", "GPT2Config", vocab_size=256, n_embd=128, n_layer=2, n_head=4, n_positions=512,
+    add("gpt2", "GPT2Config", vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, n_positions=512,
         bos_token_id=0, eos_token_id=0)
     add("gemma2", "Gemma2Config", **COMMON, head_dim=32, sliding_window=16, query_pre_attn_scalar=32)
     add("gemma3", "Gemma3TextConfig", **COMMON, head_dim=32, sliding_window=16, query_pre_attn_scalar=32)
@@ -59,6 +80,21 @@ def tiny_config(arch: str):
         raise ValueError(f"Unknown tiny architecture '{arch}'.{hint} Available: {', '.join(configs)}")
     cls, kw = configs[arch]
     return cls(**kw)
+
+
+def tiny_tokenizer():
+    """A byte-level tokenizer (no merges) with ChatML specials and a tool-calling chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(SPECIALS))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
 
 
 def tiny_model(arch: str = "llama", *, seed: int = 0, dtype: torch.dtype = torch.float32):

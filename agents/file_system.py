@@ -1,0 +1,113 @@
+"""FileSystem: carry out L numbered operations on a small in-memory file system.
+
+The task lists L operations (`create f1 abc`, `append f1 xyz`, `read f1`, `rename f1 f2`); the
+correct call at step i is the i-th listed operation, whatever the agent did before (each
+schema-valid call is the agent's attempt at the next operation). `create` makes or overwrites a
+file; `append` adds to the end; `read` returns the content; `rename` moves a file to a new name.
+A failing operation (a missing file, a rename onto an existing name) is an observation such as
+`3/7 f2 not found`, and the state is unchanged. The episode ends after L operations;
+`success()` requires the final files and contents to equal the intended ones.
+"""
+
+from __future__ import annotations
+
+import string
+
+from qdrift.envs.base import ToolCall
+from qdrift.envs.schema import function_tool
+from qdrift.envs.toolenv import Knob, ToolEnv
+
+PATH = {"type": "string", "description": "a file name such as f3"}
+TEXT = {"type": "string", "description": "short text"}
+
+
+class FileSystem(ToolEnv):
+    name = "file_system"
+    knobs = {
+        "files": Knob(5, 1, 100, "at most this many files exist at once"),
+        "maxlen": Knob(12, 3, 60, "no file grows past this many characters"),
+    }
+
+    def build(self, rng):
+        cap, maxlen = self.knob("files"), self.knob("maxlen")
+        fs: dict[str, str] = {}
+        names = iter(range(1, 10**9))
+
+        def chunk() -> str:
+            return "".join(rng.choice(string.ascii_lowercase) for _ in range(3))
+
+        self.ops: list[ToolCall] = []
+        for _ in range(self.horizon):
+            live = sorted(fs, key=lambda p: int(p[1:]))
+            room = [p for p in live if len(fs[p]) + 3 <= maxlen]
+            weights = {"create": 3, "append": 3 if room else 0, "read": 2 if live else 0, "rename": 1 if live else 0}
+            kind = rng.choices(list(weights), weights=list(weights.values()))[0]
+            if kind == "create":
+                path = f"f{next(names)}" if len(live) < cap else rng.choice(live)
+                op = ToolCall("create", {"path": path, "content": chunk()})
+            elif kind == "append":
+                op = ToolCall("append", {"path": rng.choice(room), "content": chunk()})
+            elif kind == "read":
+                op = ToolCall("read", {"path": rng.choice(live)})
+            else:
+                op = ToolCall("rename", {"src": rng.choice(live), "dst": f"f{next(names)}"})
+            self.execute(fs, op)
+            self.ops.append(op)
+        self.final = fs
+
+    @staticmethod
+    def execute(fs: dict[str, str], op: ToolCall) -> str:
+        """Apply `op` to `fs` in place; return the result text (without the step counter)."""
+        a = op.arguments
+        if op.name == "create":
+            fs[a["path"]] = a["content"]
+            return "ok"
+        if op.name == "rename":
+            src, dst = a["src"], a["dst"]
+            if src not in fs:
+                return f"{src[:20]} not found"
+            if dst in fs:
+                return f"{dst[:20]} exists"
+            fs[dst] = fs.pop(src)
+            return "ok"
+        path = a["path"]
+        if path not in fs:
+            return f"{path[:20]} not found"
+        if op.name == "append":
+            fs[path] += a["content"]
+            return "ok"
+        return fs[path][:60] or "(empty)"
+
+    def make_tools(self):
+        return [
+            function_tool("create", "Create (or overwrite) a file.", {"path": PATH, "content": TEXT}),
+            function_tool("append", "Append text to a file.", {"path": PATH, "content": TEXT}),
+            function_tool("read", "Return a file's content.", {"path": PATH}),
+            function_tool("rename", "Rename a file to a new name.", {"src": PATH, "dst": PATH}),
+        ]
+
+    def task(self):
+        def line(op: ToolCall) -> str:
+            return " ".join([op.name, *op.arguments.values()])
+
+        lines = "\n".join(f"{i}: {line(op)}" for i, op in enumerate(self.ops, 1))
+        return (f"Carry out these {self.horizon} file operations in order, one tool call each "
+                f"(create path content, append path content, read path, rename src dst).\n{lines}")
+
+    def perfect_steps(self):
+        return self.horizon
+
+    def init_state(self):
+        self.i = 0
+        self.fs: dict[str, str] = {}
+
+    def expected(self):
+        return self.ops[min(self.i, self.horizon - 1)]
+
+    def apply(self, call):
+        self.i += 1
+        result = self.execute(self.fs, call)
+        return f"{self.i}/{self.horizon} {result}", self.i >= self.horizon
+
+    def success(self):
+        return self.i >= self.horizon and self.fs == self.final

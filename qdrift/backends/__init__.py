@@ -1,0 +1,1 @@
+"""Policy backends: a local transformers model now, endpoints through the same seam."""

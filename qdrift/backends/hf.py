@@ -1,0 +1,127 @@
+"""A local transformers model as an agent policy, reusing its KV cache across steps.
+
+The runner hands the policy whole conversations; the policy keeps, per row, the exact text its
+cache holds and feeds only what the conversation added since (the tool result and the next
+turn's opening). So prefill work grows linearly with the horizon, not quadratically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from qdrift.backends.session import BatchSession
+
+
+class TemplateMismatch(RuntimeError):
+    """The chat template re-rendered earlier turns differently, so the cache cannot be extended."""
+
+
+@dataclass
+class Generation:
+    """One assistant turn as the model produced it."""
+
+    text: str  # raw assistant text, including any prefilled call opening
+    token_ids: list[int]
+    logprob: float  # sum over generated tokens
+    tokens_in: int  # tokens fed to the model for this turn (the conversation's new suffix)
+    tokens_out: int
+    stop_reason: str
+    error: str | None = None
+
+
+@dataclass
+class HFPolicy:
+    """Drive `model` with `prompt` (a ToolPrompt: native or prompted tools, a parser)."""
+
+    model: object
+    tokenizer: object
+    prompt: object
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    seed: int = 0
+    _session: BatchSession | None = field(default=None, init=False, repr=False)
+    _cached: list[str] = field(default_factory=list, init=False, repr=False)
+    _logits: torch.Tensor | None = field(default=None, init=False, repr=False)
+    _generators: dict[int, torch.Generator] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        if self.tokenizer.pad_token_id is None:
+            raise ValueError(
+                f"tokenizer of {getattr(self.tokenizer, 'name_or_path', 'the model')} has no pad token, which "
+                "batched episodes need: set tokenizer.pad_token (e.g. to its eos token)"
+            )
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        eos = self.tokenizer.eos_token_id
+        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
+        if end is not None:
+            self.eos_ids.add(end)
+
+    def describe(self) -> dict:
+        return {"backend": "transformers", "model": getattr(self.model.config, "name_or_path", ""),
+                "tool_prompt": self.prompt.describe(), "temperature": self.temperature, "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens}
+
+    @property
+    def tokens_fed(self) -> int:
+        return self._session.tokens_fed if self._session else 0
+
+    def _render(self, messages, tools) -> str:
+        return self.prompt.render(self.tokenizer, messages, tools, add_generation_prompt=True)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def start(self, conversations: list[tuple[list[dict], list[dict]]], episode_seeds: list[int]) -> None:
+        """Begin a batch: prefill every row's initial prompt."""
+        self._session = BatchSession(self.model, len(conversations), self.tokenizer.pad_token_id)
+        self._cached = [self._render(m, t) for m, t in conversations]
+        self._pending = [self._encode(text) for text in self._cached]
+        self._generators = {}
+        if self.temperature > 0:
+            device = self._session.device
+            for r, s in enumerate(episode_seeds):
+                self._generators[r] = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + s)
+
+    def extend(self, row: int, messages: list[dict], tools: list[dict]) -> None:
+        """The conversation of `row` grew (a tool result); queue only the new text."""
+        target = self._render(messages, tools)
+        if not target.startswith(self._cached[row]):
+            raise TemplateMismatch(
+                "the chat template renders earlier turns differently once the conversation grows, so the "
+                "cached tokens cannot be extended; use a template whose renderings are prefixes of each other"
+            )
+        self._pending[row] = self._encode(target[len(self._cached[row]):])
+        self._cached[row] = target
+
+    def respond(self, rows: list[int]) -> dict[int, Generation]:
+        """Generate the next assistant turn for each of `rows` (after feeding their pending text)."""
+        session = self._session
+        chunks = [self._pending[r] if (r in rows and self._pending[r]) else None for r in range(session.batch)]
+        tokens_in = {r: len(chunks[r] or []) for r in rows}
+        logits = session.feed(chunks) if any(chunks) else self._logits
+        opening = self.prompt.parser.opening if self.prompt.prefill_opening else ""
+        stops = tuple(self.prompt.parser.stop_strings)
+
+        def stop_check(row, ids):
+            tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
+            return any(s in tail for s in stops)
+
+        outs = session.generate(logits, rows, max_new_tokens=self.max_new_tokens, eos_ids=self.eos_ids,
+                                stop_check=stop_check, temperature=self.temperature,
+                                generators=self._generators)
+        self._logits = session.last_logits
+        result = {}
+        for r in rows:
+            o = outs[r]
+            ids = o.token_ids[:-1] if o.stop_reason == "eos" else o.token_ids
+            body = self.tokenizer.decode(ids, skip_special_tokens=False)
+            full = self.tokenizer.decode(o.token_ids, skip_special_tokens=False)
+            self._cached[r] += full
+            self._pending[r] = []
+            result[r] = Generation(text=opening + body, token_ids=o.token_ids, logprob=sum(o.logprobs),
+                                   tokens_in=tokens_in[r], tokens_out=len(o.token_ids), stop_reason=o.stop_reason)
+        return result

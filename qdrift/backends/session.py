@@ -1,0 +1,108 @@
+"""Batched incremental decoding over one KV cache: B conversations advance in lockstep.
+
+Every row appends only its new tokens; rows with nothing new (or already finished) get padding
+that is masked out, and positions count real tokens only, so each row computes exactly what it
+would alone. The cache is whatever the model uses: a quantized model's cache quantizes on write.
+Written by hand because transformers' `generate()` restarts from the full prompt and cannot
+interleave new prompt text with a live cache per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class RowOutput:
+    token_ids: list[int]
+    logprobs: list[float]  # log-probability of each generated token under the sampling distribution
+    stop_reason: str  # "eos" | "stop_string" | "max_new_tokens"
+
+
+class BatchSession:
+    """One cache, B rows. `feed` appends tokens; `generate` decodes until each row stops."""
+
+    def __init__(self, model, batch: int, pad_id: int):
+        self.model = model
+        self.batch = batch
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.mask = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
+        self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.tokens_fed = 0  # forward tokens over all rows, padding excluded
+
+    @torch.no_grad()
+    def feed(self, chunks: list[list[int] | None]) -> torch.Tensor:
+        """Append each row's tokens; return the logits after each row's last real token [B, V]."""
+        lengths = [len(c) if c else 0 for c in chunks]
+        width = max(lengths)
+        if width == 0:
+            raise ValueError("feed() got no tokens for any row")
+        ids = torch.full((self.batch, width), self.pad_id, dtype=torch.long, device=self.device)
+        new_mask = torch.zeros(self.batch, width, dtype=torch.long, device=self.device)
+        for r, chunk in enumerate(chunks):
+            if chunk:
+                ids[r, : len(chunk)] = torch.tensor(chunk, device=self.device)
+                new_mask[r, : len(chunk)] = 1
+        steps = torch.arange(width, device=self.device)
+        lens = torch.tensor(lengths, device=self.device)
+        # Padding repeats the row's last position; it is masked, so its value does not matter.
+        pos = self.positions[:, None] + torch.minimum(steps[None, :], (lens - 1).clamp_min(0)[:, None])
+        self.mask = torch.cat([self.mask, new_mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, cache=self.cache, use_cache=True)
+        self.positions += lens
+        self.tokens_fed += int(lens.sum())
+        last = (lens - 1).clamp_min(0)
+        return out.logits[torch.arange(self.batch, device=self.device), last].float()
+
+    @torch.no_grad()
+    def generate(
+        self,
+        logits: torch.Tensor,
+        rows: list[int],
+        *,
+        max_new_tokens: int,
+        eos_ids: set[int],
+        stop_check,
+        temperature: float = 0.0,
+        generators: dict[int, torch.Generator] | None = None,
+    ) -> dict[int, RowOutput]:
+        """Decode for `rows` from `logits` (from the last feed) until EOS, a stop string or the budget.
+
+        stop_check(row, token_ids) -> bool says whether a stop string has appeared.
+        """
+        outs = {r: RowOutput([], [], "max_new_tokens") for r in rows}
+        active = list(rows)
+        for _ in range(max_new_tokens):
+            chunks: list[list[int] | None] = [None] * self.batch
+            for r in active:
+                logp = torch.log_softmax(logits[r] / (temperature or 1.0), dim=-1)
+                if temperature > 0:
+                    gen = generators.get(r) if generators else None
+                    tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
+                else:
+                    tok = int(logp.argmax())
+                outs[r].token_ids.append(tok)
+                outs[r].logprobs.append(float(logp[tok]))
+                chunks[r] = [tok]
+            still = []
+            for r in active:
+                ids = outs[r].token_ids
+                if ids[-1] in eos_ids:
+                    outs[r].stop_reason = "eos"
+                elif stop_check(r, ids):
+                    outs[r].stop_reason = "stop_string"
+                elif len(ids) < max_new_tokens:
+                    still.append(r)
+            # Every generated token enters the cache, including the last one, so the cache always
+            # holds exactly the text the conversation continues from.
+            logits = self.feed(chunks)
+            active = still
+            if not active:
+                break
+        self.last_logits = logits
+        return outs

@@ -1,0 +1,128 @@
+"""Find environments by name or by path, and the split between training and held-out seeds.
+
+    load_environment("ledger")                       # built-in: <repo>/agents/ledger.py, class Ledger
+    load_environment("path/to/my_env.py@MyEnv")      # a user's own environment file, no edit to qdrift
+    make_environment("ledger", horizon=50, seed=3)   # an instance
+
+Built-in environments live in the repository's top-level `agents/` folder (not a Python package),
+found next to the installed `qdrift` package: `Path(qdrift.__file__).resolve().parents[1] / "agents"`.
+
+Seeds: `seed < TRAIN_SEEDS_BELOW` (1_000_000) are training seeds; `seed >= TRAIN_SEEDS_BELOW`
+are held out for evaluation. `make_environment(..., split="train")` refuses a held-out seed and
+`split="eval"` a training seed, so a sweep cannot mix them up by accident.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import qdrift
+
+TRAIN_SEEDS_BELOW = 1_000_000
+
+BUILTIN: dict[str, tuple[str, str]] = {
+    "pointer_chase": ("pointer_chase.py", "PointerChase"),
+    "ledger": ("ledger.py", "Ledger"),
+    "graph_nav": ("graph_nav.py", "GraphNav"),
+    "file_system": ("file_system.py", "FileSystem"),
+    "dict_sum": ("dict_sum.py", "DictSum"),
+}
+
+_REQUIRED = ("tools", "reset", "oracle", "step", "success")
+_cache: dict[tuple[str, int], Any] = {}
+
+
+def is_heldout(seed: int) -> bool:
+    """Whether `seed` is a held-out evaluation seed (>= TRAIN_SEEDS_BELOW) rather than a training seed."""
+    return seed >= TRAIN_SEEDS_BELOW
+
+
+def check_split(seed: int, split: str | None) -> None:
+    """ValueError when `seed` does not belong to `split` ("train", "eval", or None for either)."""
+    if split is None:
+        return
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train', 'eval' or None, got {split!r}")
+    if split == "train" and is_heldout(seed):
+        raise ValueError(f"seed {seed} is a held-out evaluation seed; training seeds are 0..{TRAIN_SEEDS_BELOW - 1}")
+    if split == "eval" and not is_heldout(seed):
+        raise ValueError(f"seed {seed} is a training seed; held-out evaluation seeds are >= {TRAIN_SEEDS_BELOW}")
+
+
+def agents_dir() -> Path:
+    """The repository's top-level `agents/` folder, located from qdrift's install location."""
+    return Path(qdrift.__file__).resolve().parents[1] / "agents"
+
+
+def available() -> list[str]:
+    return sorted(BUILTIN)
+
+
+def _load_module(path: Path):
+    path = path.resolve()
+    mtime = path.stat().st_mtime_ns
+    key = (str(path), mtime)
+    if key in _cache:
+        return _cache[key]
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    mod_name = f"qdrift_envs_user_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load environment file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(mod_name, None)
+        raise
+    _cache[key] = module
+    return module
+
+
+def _load_class(path: Path, class_name: str, ref: str):
+    if not path.is_file():
+        raise FileNotFoundError(f"environment file not found: {path} (from {ref!r})")
+    module = _load_module(path)
+    cls = getattr(module, class_name, None)
+    if cls is None or not isinstance(cls, type):
+        classes = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
+        raise ValueError(f"no class '{class_name}' in {path}; classes defined there: {', '.join(classes) or 'none'}")
+    missing = [m for m in _REQUIRED if not callable(getattr(cls, m, None))]
+    if missing:
+        raise TypeError(f"{class_name} in {path} is not an environment: missing method(s) {', '.join(missing)}")
+    return cls
+
+
+def load_environment(ref: str):
+    """The environment class for `ref`: a built-in name or `path/to/file.py@ClassName`."""
+    if not isinstance(ref, str) or not ref:
+        raise ValueError(f"environment reference must be a name or 'path.py@Class', got {ref!r}")
+    if "@" in ref:
+        file_part, _, class_name = ref.rpartition("@")
+        if not file_part or not class_name:
+            raise ValueError(f"path reference must look like 'path/to/file.py@ClassName', got {ref!r}")
+        return _load_class(Path(file_part).expanduser(), class_name, ref)
+    if ref not in BUILTIN:
+        close = difflib.get_close_matches(ref, BUILTIN, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"Unknown environment '{ref}'.{hint} Available: {', '.join(available())}")
+    folder = agents_dir()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"built-in environments live in the repository's agents/ folder, expected at {folder}, which does not "
+            "exist (qdrift installed without its repository?); use a path reference 'path/to/file.py@ClassName'")
+    file_name, class_name = BUILTIN[ref]
+    return _load_class(folder / file_name, class_name, ref)
+
+
+def make_environment(ref: str, horizon: int, seed: int, *, split: str | None = None, **knobs: Any):
+    """An instance of environment `ref`; `split` ("train"/"eval") enforces the seed split."""
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        check_split(seed, split)
+    return load_environment(ref)(horizon, seed, **knobs)

@@ -1,0 +1,324 @@
+"""The five built-in environments: perfect agents, determinism, the conditional oracle, malformed calls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qdrift.envs.base import Environment, StepResult, ToolCall
+from qdrift.envs.registry import available, make_environment
+from qdrift.envs.schema import call_text
+
+NAMES = ["pointer_chase", "ledger", "graph_nav", "file_system", "dict_sum"]
+HORIZONS = [1, 2, 7, 200]
+SEEDS = [0, 1, 1_000_007]
+
+
+def run_perfect(env, limit: int | None = None) -> list[tuple[ToolCall, StepResult]]:
+    out = []
+    for _ in range(limit or env.max_steps + 5):
+        call = env.oracle()
+        result = env.step(call)
+        out.append((call, result))
+        if result.done:
+            break
+    return out
+
+
+def trajectory(name, horizon, seed, **knobs):
+    env = make_environment(name, horizon, seed, **knobs)
+    messages = env.reset()
+    steps = [(call_text(c), r.observation) for c, r in run_perfect(env)]
+    return messages, env.tools(), steps
+
+
+def test_all_builtins_listed():
+    assert sorted(NAMES) == available()
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("horizon", HORIZONS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_perfect_agent_succeeds_in_max_steps(name, horizon, seed):
+    env = make_environment(name, horizon, seed)
+    assert isinstance(env, Environment)
+    assert (env.name, env.horizon, env.seed) == (name, horizon, seed)
+    messages = env.reset()
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert all(isinstance(m["content"], str) and m["content"] for m in messages)
+    steps = run_perfect(env)
+    assert len(steps) == env.max_steps
+    assert all(r.correct and r.valid and r.error is None for _, r in steps)
+    assert [r.done for _, r in steps] == [False] * (len(steps) - 1) + [True]
+    assert env.success()
+    assert env.max_steps in (horizon, horizon + 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reset_restarts_the_same_episode(name):
+    env = make_environment(name, 7, 3)
+    first = [(call_text(c), r.observation) for c, r in run_perfect(env)]
+    env.reset()
+    assert not env.success()
+    again = [(call_text(c), r.observation) for c, r in run_perfect(env)]
+    assert first == again and env.success()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tool_schemas_are_openai_functions(name):
+    env = make_environment(name, 3, 0)
+    for tool in env.tools():
+        assert tool["type"] == "function"
+        fn = tool["function"]
+        assert fn["name"] and fn["description"]
+        assert fn["parameters"]["type"] == "object"
+        assert fn["parameters"]["additionalProperties"] is False
+    json.dumps(env.tools())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_and_seed_dependent(name):
+    a = trajectory(name, 7, 5)
+    assert a == trajectory(name, 7, 5)
+    assert a != trajectory(name, 7, 6)
+    assert trajectory(name, 7, 5) != trajectory(name, 7, 1_000_005)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shorter_task_is_prefix_of_longer(name):
+    short = [c for c, _ in trajectory(name, 7, 11)[2]]
+    long = [c for c, _ in trajectory(name, 200, 11)[2]]
+    assert short[:7] == long[:7]  # the 7 execution steps; the final answer differs in general
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_knobs_change_the_task_and_are_deterministic(name):
+    knob = {"pointer_chase": {"distractors": 3}, "ledger": {"amax": 5}, "graph_nav": {"nodes": 4, "colors": 2},
+            "file_system": {"files": 2, "maxlen": 6}, "dict_sum": {"k": 3, "keys": 5, "vmax": 2}}[name]
+    a = trajectory(name, 20, 0, **knob)
+    assert a == trajectory(name, 20, 0, **knob)
+    assert a != trajectory(name, 20, 0)
+    env = make_environment(name, 20, 0, **knob)
+    run_perfect(env)
+    assert env.success()
+
+
+# -- a wrong step is incorrect, and the oracle then follows the state the agent produced ---------------
+
+def test_pointer_chase_wrong_key_is_followed():
+    env = make_environment("pointer_chase", 7, 2)
+    first = env.oracle()
+    decoy = next(k for k in env.table if k not in env.chain)
+    r = env.step(ToolCall("lookup", {"key": decoy}))
+    assert r.valid and not r.correct and not r.done and r.error
+    assert r.observation == f"1/7 {env.table[decoy]}"
+    assert env.oracle() == ToolCall("lookup", {"key": env.table[decoy]}) != first
+    r = env.step(ToolCall("lookup", {"key": "k99999999"}))  # not in the table: nothing changes
+    assert r.valid and not r.correct and "not found" in r.observation
+    assert env.oracle() == ToolCall("lookup", {"key": env.table[decoy]})
+
+
+def test_ledger_wrong_amount_is_followed():
+    env = make_environment("ledger", 7, 0)
+    a0 = env.amounts[0]
+    r = env.step(ToolCall("apply", {"amount": a0 + 1}))
+    assert r.valid and not r.correct and r.observation == f"1/7 bal {env.start + a0 + 1}"
+    assert env.oracle() == ToolCall("apply", {"amount": env.amounts[1]})
+    steps = run_perfect(env)
+    assert all(r.correct for _, r in steps) and len(steps) == 7
+    assert steps[-1][0] == ToolCall("finish", {"balance": env.final + 1})
+    assert not env.success()
+
+
+def test_ledger_true_balance_succeeds_even_after_a_wrong_step():
+    env = make_environment("ledger", 3, 0)
+    env.step(ToolCall("apply", {"amount": 0}))
+    env.step(env.oracle())
+    env.step(env.oracle())
+    r = env.step(ToolCall("finish", {"balance": env.final}))
+    assert not r.correct and r.done and env.success()  # success checks the true answer, steps the conditional one
+
+
+def test_graph_nav_wrong_colour_is_followed():
+    env = make_environment("graph_nav", 7, 4)
+    other = next(c for c in env.colors if c != env.route[0])
+    r = env.step(ToolCall("move", {"color": other}))
+    assert r.valid and not r.correct
+    reached = env.graph[env.start][other]
+    assert r.observation == f"1/7 {reached}" and env.at == reached
+    assert env.oracle() == ToolCall("move", {"color": env.route[1]})
+    steps = run_perfect(env)
+    assert all(r.correct for _, r in steps)
+    end = env.walk(env.start, [other, *env.route[1:]])
+    assert steps[-1][0] == ToolCall("answer", {"node": end})
+    assert env.success() == (end == env.target)
+
+
+def test_file_system_wrong_operation_is_scored_and_next_op_follows():
+    env = make_environment("file_system", 7, 0)
+    r = env.step(ToolCall("read", {"path": "nope"}))
+    assert r.valid and not r.correct and r.observation == "1/7 nope not found"
+    assert env.oracle() == env.ops[1]
+    steps = run_perfect(env)
+    assert all(r.correct for _, r in steps) and len(steps) == 6
+    assert not env.success()  # op 1 was never done
+
+
+def test_file_system_errors_are_observations():
+    env = make_environment("file_system", 7, 0, slack=3)
+    assert env.step(ToolCall("rename", {"src": "zz", "dst": "yy"})).observation == "1/7 zz not found"
+    assert env.step(ToolCall("create", {"path": "a", "content": "x"})).observation == "2/7 ok"
+    assert env.step(ToolCall("create", {"path": "b", "content": "y"})).observation == "3/7 ok"
+    assert env.step(ToolCall("rename", {"src": "a", "dst": "b"})).observation == "4/7 b exists"
+    assert env.step(ToolCall("append", {"path": "a", "content": "z"})).observation == "5/7 ok"
+    assert env.step(ToolCall("read", {"path": "a"})).observation == "6/7 xz"
+    assert env.fs == {"a": "xz", "b": "y"}
+
+
+def test_dict_sum_oracle_follows_reported_total():
+    env = make_environment("dict_sum", 7, 0, k=2)
+    r = env.step(ToolCall("report", {"total": 1000}))
+    assert r.valid and not r.correct and r.observation == env.turn_text(1)
+    assert env.oracle() == ToolCall("report", {"total": 1000 + sum(env.table[k] for k in env.turns[1])})
+    steps = run_perfect(env)
+    assert all(r.correct for _, r in steps) and len(steps) == 6
+    assert not env.success()
+    assert env.reports[-1] == env.totals[-1] - env.totals[0] + 1000
+
+
+def test_dict_sum_first_turn_is_in_the_task():
+    env = make_environment("dict_sum", 5, 0, k=3)
+    task = env.reset()[1]["content"]
+    assert task.endswith(env.turn_text(0)) and "k0=" in task
+
+
+# -- malformed calls --------------------------------------------------------------------------------
+
+def malformed_calls(env) -> list:
+    want = env.oracle()
+    key, value = next(iter(want.arguments.items()))
+    wrong_type = str(value) if isinstance(value, int) else 123
+    code = "__import__('os').system('touch PWNED')"
+    return [
+        None,
+        ToolCall("nope", {}),
+        ToolCall(want.name, {}),
+        ToolCall(want.name, {**want.arguments, key: wrong_type}),
+        ToolCall(want.name, {**want.arguments, "extra": 1}),
+        ToolCall(want.name, {**want.arguments, key: code}) if isinstance(value, int) else ToolCall(code, {}),
+        ToolCall(want.name, {**want.arguments, key: True}),
+        ToolCall(want.name, "{not json"),  # arguments as a broken JSON string
+        ToolCall(want.name, [1, 2]),
+        ToolCall(123, {}),
+        "lookup(k1)",
+        {"name": code},
+    ]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_malformed_calls_are_error_observations(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = make_environment(name, 7, 0, slack=20)
+    want = env.oracle()
+    calls = malformed_calls(env)
+    for call in calls:
+        r = env.step(call, raw=str(call))
+        assert r.observation.startswith("error: ") and r.error, call
+        assert (r.valid, r.correct, r.done) == (False, False, False), call
+        assert env.oracle() == want  # the state is unchanged
+    assert not (tmp_path / "PWNED").exists()
+    steps = run_perfect(env)  # the episode continues; slack leaves room for the wasted turns
+    assert all(r.correct for _, r in steps) and env.success()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_malformed_call_messages_name_tool_argument_and_expectation(name):
+    env = make_environment(name, 7, 0)
+    want = env.oracle()
+    key, value = next(iter(want.arguments.items()))
+    missing = env.step(ToolCall(want.name, {})).observation
+    assert f"'{want.name}'" in missing and f"'{key}'" in missing and "missing" in missing and "expected" in missing
+    typed = env.step(ToolCall(want.name, {**want.arguments, key: str(value) if isinstance(value, int) else 7}))
+    assert f"'{want.name}'" in typed.observation and f"'{key}'" in typed.observation
+    assert "expected" in typed.observation
+    unknown = env.step(ToolCall("nope", {})).observation
+    assert "unknown tool" in unknown and want.name in unknown
+
+
+def test_malformed_call_uses_up_a_turn_without_slack():
+    env = make_environment("ledger", 2, 0)
+    assert env.max_steps == 3
+    env.step(None)
+    steps = run_perfect(env)
+    assert len(steps) == 2 and steps[-1][1].done and not env.success()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_step_after_done_does_not_raise(name):
+    env = make_environment(name, 1, 0)
+    run_perfect(env)
+    r = env.step(env.oracle())
+    assert r.done and not r.correct and r.observation.startswith("error:")
+    assert env.step(None).done
+
+
+# -- construction errors --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("horizon", [0, -1, 10_001, 2.5, "7", True])
+def test_bad_horizon(name, horizon):
+    with pytest.raises(ValueError, match=r"horizon .*1\.\.10000"):
+        make_environment(name, horizon, 0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_knobs_and_seed(name):
+    with pytest.raises(ValueError, match="unknown knob 'bogus'.*valid knobs: .*slack"):
+        make_environment(name, 3, 0, bogus=1)
+    with pytest.raises(ValueError, match=r"slack .*0\.\."):
+        make_environment(name, 3, 0, slack=-1)
+    with pytest.raises(ValueError, match=r"seed .*0\.\."):
+        make_environment(name, 3, -5)
+    knob, spec = next(iter(type(make_environment(name, 1, 0)).knobs.items()))
+    with pytest.raises(ValueError, match=rf"{knob} .*{spec.lo}\.\.{spec.hi}"):
+        make_environment(name, 3, 0, **{knob: spec.hi + 1})
+    with pytest.raises(ValueError, match=rf"{knob} must be an integer"):
+        make_environment(name, 3, 0, **{knob: "2"})
+
+
+# -- compactness ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_steps_stay_compact_at_200(name, seed):
+    env = make_environment(name, 200, seed)
+    sizes = [len(call_text(c)) + len(r.observation) for c, r in run_perfect(env)]
+    assert max(sizes) < 80, max(sizes)
+    assert sum(sizes) / len(sizes) < 70
+    assert len(env.reset()[1]["content"]) < 6000  # the task itself, all L items included
+
+
+def test_same_episodes_across_processes_and_hash_seeds():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib\n"
+        "from qdrift.envs.registry import make_environment, available\n"
+        "from qdrift.envs.schema import call_text\n"
+        "out = []\n"
+        "for n in available():\n"
+        "    e = make_environment(n, 30, 7); out.append(str(e.reset()))\n"
+        "    while True:\n"
+        "        c = e.oracle(); r = e.step(c); out.append(call_text(c) + r.observation)\n"
+        "        if r.done: break\n"
+        "print(hashlib.sha1(''.join(out).encode()).hexdigest())\n"
+    )
+    digests = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": h}).stdout
+        for h in ("1", "2")
+    }
+    assert len(digests) == 1

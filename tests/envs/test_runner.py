@@ -1,0 +1,62 @@
+"""The episode runner: every step scored, cache reused, batches equal single runs, no crash on garbage."""
+
+import pytest
+
+import qdrift
+from qdrift.backends.hf import HFPolicy
+from qdrift.envs.prompting import tool_prompt_for
+from qdrift.envs.registry import make_environment
+from qdrift.envs.runner import run_episodes
+from qdrift.tiny import tiny_model, tiny_tokenizer
+
+
+def policy(model=None, **kw):
+    tok = tiny_tokenizer()
+    return HFPolicy(model or tiny_model("llama"), tok, tool_prompt_for(tok), max_new_tokens=12, **kw)
+
+
+def envs(n: int, horizon: int = 3):
+    return [make_environment("ledger", horizon=horizon, seed=1_000_000 + i) for i in range(n)]
+
+
+def test_a_model_that_never_calls_a_tool_gets_scored_invalid_steps_not_an_exception():
+    episodes, steps = run_episodes(policy(), envs(2))
+    assert [e.success for e in episodes] == [False, False]
+    assert all(e.first_error_step == 0 for e in episodes)
+    assert all(not s.schema_valid and not s.correct for s in steps)
+    assert {e.steps for e in episodes} == {envs(1)[0].max_steps}
+    assert all(s.observation.startswith("error") for s in steps)
+
+
+def test_batched_episodes_match_episodes_run_one_by_one():
+    together = run_episodes(policy(), envs(3))[1]
+    alone = [s for i in range(3) for s in run_episodes(policy(), envs(3)[i:i + 1], first_id=i)[1]]
+    key = lambda s: (s.episode, s.step)  # noqa: E731
+    assert [s.raw for s in sorted(together, key=key)] == [s.raw for s in sorted(alone, key=key)]
+
+
+def test_cache_reuse_feeds_each_token_once():
+    p = policy()
+    episodes, steps = run_episodes(p, envs(1, horizon=6))
+    fed = sum(s.tokens_in for s in steps) + sum(s.tokens_out for s in steps)
+    assert p.tokens_fed == fed, "every token enters the model exactly once"
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent():
+    a = run_episodes(policy(temperature=1.0, seed=1), envs(2))[1]
+    b = run_episodes(policy(temperature=1.0, seed=1), envs(2))[1]
+    c = run_episodes(policy(temperature=1.0, seed=2), envs(2))[1]
+    assert [s.raw for s in a] == [s.raw for s in b] != [s.raw for s in c]
+
+
+def test_quantized_policy_runs_episodes():
+    model = qdrift.quantize(tiny_model("llama"), "w4g32-a8-kv:fp8e4m3@unit")
+    episodes, _ = run_episodes(policy(model), envs(2))
+    assert len(episodes) == 2
+
+
+def test_tokenizer_without_pad_token_is_refused():
+    tok = tiny_tokenizer()
+    tok.pad_token = None
+    with pytest.raises(ValueError, match="no pad token"):
+        HFPolicy(tiny_model("llama"), tok, tool_prompt_for(tok))

@@ -41,6 +41,10 @@ class HFPolicy:
     max_new_tokens: int = 64
     temperature: float = 0.0
     seed: int = 0
+    # Opt-in: keep, per row, every turn's tokens as fed: (suffix fed before generating, generated ids),
+    # in `token_trace`, so a run can be replayed teacher-forced (qdrift.envs.drift).
+    record_tokens: bool = False
+    token_trace: list[list[tuple[list[int], list[int]]]] = field(default_factory=list, init=False, repr=False)
     _session: BatchSession | None = field(default=None, init=False, repr=False)
     _cached: list[str] = field(default_factory=list, init=False, repr=False)
     _logits: torch.Tensor | None = field(default=None, init=False, repr=False)
@@ -75,16 +79,26 @@ class HFPolicy:
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
-    def start(self, conversations: list[tuple[list[dict], list[dict]]], episode_seeds: list[int]) -> None:
-        """Begin a batch: prefill every row's initial prompt."""
+    def start(self, conversations: list[tuple[list[dict], list[dict]]], episode_seeds: list[int],
+              policy_seeds: list[int] | None = None) -> None:
+        """Begin a batch: prefill every row's initial prompt.
+
+        Row r samples with a generator seeded from (policy seed, episode seed); `policy_seeds[r]`, when
+        given, replaces `self.seed` for that row, so one batch can hold several trials of one episode
+        and each row samples exactly as a policy with that seed would alone.
+        """
         self._session = BatchSession(self.model, len(conversations), self.tokenizer.pad_token_id)
         self._cached = [self._render(m, t) for m, t in conversations]
         self._pending = [self._encode(text) for text in self._cached]
         self._generators = {}
+        self.token_trace = [[] for _ in conversations]
+        if policy_seeds is not None and len(policy_seeds) != len(conversations):
+            raise ValueError(f"got {len(policy_seeds)} policy seeds for {len(conversations)} conversations")
         if self.temperature > 0:
             device = self._session.device
             for r, s in enumerate(episode_seeds):
-                self._generators[r] = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + s)
+                base = self.seed if policy_seeds is None else policy_seeds[r]
+                self._generators[r] = torch.Generator(device=device).manual_seed(base * 1_000_003 + s)
 
     def extend(self, row: int, messages: list[dict], tools: list[dict]) -> None:
         """The conversation of `row` grew (a tool result); queue only the new text."""
@@ -121,6 +135,8 @@ class HFPolicy:
             body = self.tokenizer.decode(ids, skip_special_tokens=False)
             full = self.tokenizer.decode(o.token_ids, skip_special_tokens=False)
             self._cached[r] += full
+            if self.record_tokens:
+                self.token_trace[r].append((list(chunks[r] or []), list(o.token_ids)))
             self._pending[r] = []
             result[r] = Generation(text=opening + body, token_ids=o.token_ids, logprob=sum(o.logprobs),
                                    tokens_in=tokens_in[r], tokens_out=len(o.token_ids), stop_reason=o.stop_reason)

@@ -1,0 +1,86 @@
+"""Episode-runner costs, measured side by side in one run.
+
+  1. KV-cache reuse vs re-prefilling the whole conversation every step, at L = 32:
+     forward tokens ratio (target >= 5x) and wall-time ratio (target >= 3x);
+  2. episodes per second at batch 8 vs batch 1 (target >= 2.5x).
+
+The policy is a tiny random Llama with the tiny byte-level tokenizer, so its calls are garbage
+and every step is an (invalid) scored step: the point is the runner's cost, not the model.
+`python bench/episodes.py`
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from qdrift.backends.hf import HFPolicy
+from qdrift.backends.session import BatchSession
+from qdrift.envs.prompting import tool_prompt_for
+from qdrift.envs.registry import make_environment
+from qdrift.envs.runner import run_episodes
+from qdrift.tiny import tiny_model, tiny_tokenizer
+
+
+class RePrefillPolicy(HFPolicy):
+    """The baseline to beat: every step starts a fresh cache and feeds the whole conversation."""
+
+    def extend(self, row, messages, tools):
+        if self._session.batch != 1:
+            raise ValueError("the re-prefill baseline runs one episode at a time")
+        fed = self._session.tokens_fed
+        self._cached[row] = self._render(messages, tools)
+        self._pending[row] = self._encode(self._cached[row])
+        self._session = BatchSession(self.model, 1, self.tokenizer.pad_token_id)
+        self._session.tokens_fed = fed  # keep counting across the fresh caches
+
+
+def make_policy(cls, model, tok, max_new_tokens):
+    return cls(model, tok, tool_prompt_for(tok), max_new_tokens=max_new_tokens)
+
+
+def envs(n, horizon, env):
+    return [make_environment(env, horizon=horizon, seed=1_000_000 + i) for i in range(n)]
+
+
+def timed_run(policy, episodes):
+    t0 = time.perf_counter()
+    run_episodes(policy, episodes)
+    return time.perf_counter() - t0, policy.tokens_fed
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="ledger")
+    p.add_argument("--horizon", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    model, tok = tiny_model("llama"), tiny_tokenizer()
+
+    reuse_t, prefill_t = [], []
+    for _ in range(args.repeats):  # alternate, so machine noise hits both alike
+        t, reuse_tokens = timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(1, args.horizon, args.env))
+        reuse_t.append(t)
+        t, prefill_tokens = timed_run(make_policy(RePrefillPolicy, model, tok, args.max_new_tokens),
+                                      envs(1, args.horizon, args.env))
+        prefill_t.append(t)
+    r, f = min(reuse_t), min(prefill_t)
+    print(f"1. {args.env} L={args.horizon}: forward tokens reuse {reuse_tokens:,} vs re-prefill {prefill_tokens:,} "
+          f"(ratio {prefill_tokens / reuse_tokens:.1f}x, target >= 5x); wall {r:.2f} s vs {f:.2f} s "
+          f"(ratio {f / r:.1f}x, target >= 3x)")
+
+    b8, b1 = [], []
+    for _ in range(args.repeats):
+        b8.append(timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(8, 8, args.env))[0])
+        t0 = time.perf_counter()
+        for e in envs(8, 8, args.env):
+            run_episodes(make_policy(HFPolicy, model, tok, args.max_new_tokens), [e])
+        b1.append(time.perf_counter() - t0)
+    eps8, eps1 = 8 / min(b8), 8 / min(b1)
+    print(f"2. {args.env} L=8, 8 episodes: batch 8 {eps8:.2f} episodes/s vs batch 1 {eps1:.2f} episodes/s "
+          f"(ratio {eps8 / eps1:.1f}x, target >= 2.5x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -100,7 +100,7 @@ def _replay(base_model, var_model, traces: list[Trace], ids: list[int]) -> list[
     batch = len(queues)
     if batch == 0:
         return []
-    for q, ep in zip(queues, ids):
+    for q, ep in zip(queues, ids, strict=True):
         if q and q[0][1]:
             raise ValueError(f"trace of episode {ep} generates before anything was fed")
     base = BatchSession(base_model, batch, _pad_id(base_model))
@@ -136,7 +136,7 @@ def _compare(rows, items, last, ids) -> list[TokenDrift]:
     at = torch.arange(len(rows), device=lb.device)
     base_lp, var_lp = logp_b[at, toks], logp_v[at, toks]
     return [TokenDrift(ids[r], step, index, float(kl[i]), bool(agree[i]), float(base_lp[i]), float(var_lp[i]))
-            for i, (r, (_, _, step, index)) in enumerate(zip(rows, items))]
+            for i, (r, (_, _, step, index)) in enumerate(zip(rows, items, strict=True))]
 
 
 def summarize_drift(rows: list[TokenDrift]) -> dict:

@@ -55,9 +55,18 @@ def main() -> None:
     p.add_argument("--horizon", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", choices=["reuse", "batch"], default=None)
+    p.add_argument("--batch-horizon", type=int, default=32)
     args = p.parse_args()
     model, tok = tiny_model("llama"), tiny_tokenizer()
 
+    if args.only in (None, "reuse"):
+        bench_reuse(args, model, tok)
+    if args.only in (None, "batch"):
+        bench_batch(args, model, tok)
+
+
+def bench_reuse(args, model, tok) -> None:
     reuse_t, prefill_t = [], []
     for _ in range(args.repeats):  # alternate, so machine noise hits both alike
         t, reuse_tokens = timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(1, args.horizon, args.env))
@@ -70,15 +79,17 @@ def main() -> None:
           f"(ratio {prefill_tokens / reuse_tokens:.1f}x, target >= 5x); wall {r:.2f} s vs {f:.2f} s "
           f"(ratio {f / r:.1f}x, target >= 3x)")
 
+
+def bench_batch(args, model, tok) -> None:
     b8, b1 = [], []
     for _ in range(args.repeats):
-        b8.append(timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(8, 8, args.env))[0])
+        b8.append(timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(8, args.batch_horizon, args.env))[0])
         t0 = time.perf_counter()
-        for e in envs(8, 8, args.env):
+        for e in envs(8, args.batch_horizon, args.env):
             run_episodes(make_policy(HFPolicy, model, tok, args.max_new_tokens), [e])
         b1.append(time.perf_counter() - t0)
     eps8, eps1 = 8 / min(b8), 8 / min(b1)
-    print(f"2. {args.env} L=8, 8 episodes: batch 8 {eps8:.2f} episodes/s vs batch 1 {eps1:.2f} episodes/s "
+    print(f"2. {args.env} L={args.batch_horizon}, 8 episodes: batch 8 {eps8:.2f} episodes/s vs batch 1 {eps1:.2f} episodes/s "
           f"(ratio {eps8 / eps1:.1f}x, target >= 2.5x)")
 
 

@@ -130,6 +130,7 @@ def _convert(gguf: Path, folder: Path):
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it owner-only; the cache is an ordinary folder
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _SOURCE_FILE).write_text(json.dumps(_source_info(gguf), indent=1))

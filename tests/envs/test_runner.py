@@ -12,10 +12,10 @@ from qdrift.tiny import tiny_model, tiny_tokenizer
 
 def policy(model=None, **kw):
     tok = tiny_tokenizer()
-    return HFPolicy(model or tiny_model("llama"), tok, tool_prompt_for(tok), max_new_tokens=12, **kw)
+    return HFPolicy(model or tiny_model("llama"), tok, tool_prompt_for(tok), max_new_tokens=6, **kw)
 
 
-def envs(n: int, horizon: int = 3):
+def envs(n: int, horizon: int = 2):
     return [make_environment("ledger", horizon=horizon, seed=1_000_000 + i) for i in range(n)]
 
 
@@ -37,7 +37,7 @@ def test_batched_episodes_match_episodes_run_one_by_one():
 
 def test_cache_reuse_feeds_each_token_once():
     p = policy()
-    episodes, steps = run_episodes(p, envs(1, horizon=6))
+    episodes, steps = run_episodes(p, envs(1, horizon=4))
     fed = sum(s.tokens_in for s in steps) + sum(s.tokens_out for s in steps)
     assert p.tokens_fed == fed, "every token enters the model exactly once"
 

@@ -57,8 +57,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", choices=["reuse", "batch"], default=None)
     p.add_argument("--batch-horizon", type=int, default=32)
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
+                   help="attention kernel; eager attention's cost grows with batch x context and hides batching")
     args = p.parse_args()
     model, tok = tiny_model("llama"), tiny_tokenizer()
+    model.set_attn_implementation(args.attn)
+    print(f"tiny llama, {args.attn} attention, byte-level tokenizer, {args.max_new_tokens} new tokens a turn")
 
     if args.only in (None, "reuse"):
         bench_reuse(args, model, tok)

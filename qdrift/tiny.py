@@ -30,7 +30,11 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+# Special-token ids of `tiny_tokenizer` (the 256 byte tokens come first), so that a tiny model's
+# generation config ends turns where its chat template does.
+IDS = dict(pad_token_id=256, bos_token_id=257, eos_token_id=258)
+
+COMMON = dict(**IDS, vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
 MOE = dict(moe_intermediate_size=128, num_experts_per_tok=2)
 
@@ -49,11 +53,10 @@ def _configs() -> dict:
     add("qwen2", "Qwen2Config", **COMMON)
     add("qwen3", "Qwen3Config", **COMMON, head_dim=32)
     add("mistral", "MistralConfig", **COMMON, head_dim=32, sliding_window=None)
-    add("gpt2", "GPT2Config", vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, n_positions=512,
-        bos_token_id=0, eos_token_id=0)
+    add("gpt2", "GPT2Config", vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, n_positions=512, **IDS)
     add("gemma2", "Gemma2Config", **COMMON, head_dim=32, sliding_window=16, query_pre_attn_scalar=32)
     add("gemma3", "Gemma3TextConfig", **COMMON, head_dim=32, sliding_window=16, query_pre_attn_scalar=32)
-    add("phi3", "Phi3Config", **COMMON, pad_token_id=0)
+    add("phi3", "Phi3Config", **COMMON)
     add("mixtral", "MixtralConfig", **COMMON, num_local_experts=4, num_experts_per_tok=2)
     add("qwen2_moe", "Qwen2MoeConfig", **COMMON, **MOE, num_experts=4, shared_expert_intermediate_size=128)
     add("qwen3_moe", "Qwen3MoeConfig", **COMMON, **MOE, num_experts=4, head_dim=32)

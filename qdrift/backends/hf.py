@@ -47,7 +47,6 @@ class HFPolicy:
     token_trace: list[list[tuple[list[int], list[int]]]] = field(default_factory=list, init=False, repr=False)
     _session: BatchSession | None = field(default=None, init=False, repr=False)
     _cached: list[str] = field(default_factory=list, init=False, repr=False)
-    _logits: torch.Tensor | None = field(default=None, init=False, repr=False)
     _generators: dict[int, torch.Generator] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
@@ -58,11 +57,12 @@ class HFPolicy:
             )
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        eos = self.tokenizer.eos_token_id
-        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
-        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
-        if end is not None:
-            self.eos_ids.add(end)
+        # A turn ends at the tokenizer's eos or any end token the model's generation config names
+        # (chat models often end turns with a token other than the tokenizer's eos).
+        gen_config = getattr(self.model, "generation_config", None)
+        self.eos_ids = set()
+        for eos in (self.tokenizer.eos_token_id, getattr(gen_config, "eos_token_id", None)):
+            self.eos_ids |= {eos} if isinstance(eos, int) else set(eos or [])
 
     def describe(self) -> dict:
         return {"backend": "transformers", "model": getattr(self.model.config, "name_or_path", ""),
@@ -116,7 +116,7 @@ class HFPolicy:
         session = self._session
         chunks = [self._pending[r] if (r in rows and self._pending[r]) else None for r in range(session.batch)]
         tokens_in = {r: len(chunks[r] or []) for r in rows}
-        logits = session.feed(chunks) if any(chunks) else self._logits
+        logits = session.feed(chunks) if any(chunks) else session.last_logits
         opening = self.prompt.parser.opening if self.prompt.prefill_opening else ""
         stops = tuple(self.prompt.parser.stop_strings)
 
@@ -127,7 +127,6 @@ class HFPolicy:
         outs = session.generate(logits, rows, max_new_tokens=self.max_new_tokens, eos_ids=self.eos_ids,
                                 stop_check=stop_check, temperature=self.temperature,
                                 generators=self._generators)
-        self._logits = session.last_logits
         result = {}
         for r in rows:
             o = outs[r]

@@ -34,10 +34,14 @@ class BatchSession:
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.tokens_fed = 0  # forward tokens over all rows, padding excluded
+        self.last_logits: torch.Tensor | None = None  # [B, V]: each row's logits after its last real token
 
     @torch.no_grad()
     def feed(self, chunks: list[list[int] | None]) -> torch.Tensor:
-        """Append each row's tokens; return the logits after each row's last real token [B, V]."""
+        """Append each row's tokens; return each row's logits after its last real token [B, V].
+
+        A row fed nothing keeps the logits it had, so it can still be asked to generate.
+        """
         lengths = [len(c) if c else 0 for c in chunks]
         width = max(lengths)
         if width == 0:
@@ -57,7 +61,11 @@ class BatchSession:
         self.positions += lens
         self.tokens_fed += int(lens.sum())
         last = (lens - 1).clamp_min(0)
-        return out.logits[torch.arange(self.batch, device=self.device), last].float()
+        logits = out.logits[torch.arange(self.batch, device=self.device), last].float()
+        if self.last_logits is not None:
+            logits = torch.where((lens > 0)[:, None], logits, self.last_logits)
+        self.last_logits = logits
+        return logits
 
     @torch.no_grad()
     def generate(
@@ -104,5 +112,4 @@ class BatchSession:
             active = still
             if not active:
                 break
-        self.last_logits = logits
         return outs

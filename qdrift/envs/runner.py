@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import jsonschema
-
 from qdrift.envs.base import Environment, ToolCall
+from qdrift.envs.schema import ToolSchemas, call_text
 
 
 @dataclass(frozen=True)
@@ -55,29 +54,16 @@ class EpisodeRecord:
 
 
 def _call_json(call: ToolCall | None) -> str | None:
-    import json
-
-    return None if call is None else json.dumps({"name": call.name, "arguments": call.arguments}, sort_keys=True)
-
-
-def _schema_valid(call: ToolCall | None, tools: list[dict]) -> bool:
-    if call is None:
-        return False
-    for tool in tools:
-        fn = tool.get("function", tool)
-        if fn.get("name") == call.name:
-            try:
-                jsonschema.validate(call.arguments, fn.get("parameters", {"type": "object"}))
-            except jsonschema.ValidationError:
-                return False
-            return True
-    return False
+    return None if call is None else call_text(call)
 
 
 def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = None, first_id: int = 0):
     """Advance all `envs` in lockstep with `policy`; return (episode records, step records)."""
     parser = policy.prompt.parser
     convs = [(env.reset(), env.tools()) for env in envs]
+    # Checked here, independently of the environment's own scoring, so every result's validity
+    # means the same thing whatever environment produced it.
+    schemas = [ToolSchemas(tools) for _, tools in convs]
     policy.start(convs, [env.seed for env in envs])
     steps: list[StepRecord] = []
     done: dict[int, EpisodeRecord] = {}
@@ -105,7 +91,7 @@ def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = 
                 first_error[r] = taken[r]
             steps.append(StepRecord(
                 first_id + r, env.name, env.horizon, env.seed, taken[r], gen.text, _call_json(call),
-                parsed.json_valid, _schema_valid(call, convs[r][1]), result.correct, _call_json(oracle),
+                parsed.json_valid, schemas[r].check(call)[1] is None, result.correct, _call_json(oracle),
                 result.observation, gen.tokens_in, gen.tokens_out, gen.logprob, gen.stop_reason,
                 parsed.error))
             taken[r] += 1

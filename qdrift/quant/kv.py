@@ -196,11 +196,6 @@ def quantized_layer_class(base: type) -> type:
     return _CLASSES[base]
 
 
-def _self_attention_layers(cache: Cache) -> list:
-    inner = getattr(cache, "self_attention_cache", None)  # EncoderDecoderCache
-    return (inner if inner is not None else cache).layers
-
-
 def convert_cache(cache: Cache, quantizers: list[LayerKVQuantizer]) -> None:
     """Make every attention layer of `cache` quantize on write; refuse caches already holding full-precision states."""
     target = getattr(cache, "self_attention_cache", None) or cache

@@ -124,7 +124,7 @@ def finish_calibration(mq: ModuleQuant) -> None:
     mq.observers.clear()
 
 
-def quantize_weights(mq: ModuleQuant, schemes: dict[str, LinearScheme], keep_original: bool, phase: str) -> None:
+def quantize_weights(mq: ModuleQuant, schemes: dict[str, LinearScheme], phase: str) -> None:
     """Fake-quantize each weight of the module once per distinct phase scheme and install it."""
     module = mq.target.module
     for param in mq.target.param_names:
@@ -137,13 +137,13 @@ def quantize_weights(mq: ModuleQuant, schemes: dict[str, LinearScheme], keep_ori
                 if scheme is None:
                     done[scheme] = original.data
                 else:
-                    w = weight_view(mq.target, param, original.data)
+                    w = weight_view(mq.target, original.data)
                     q = quantize_weight(w, scheme, f"{mq.target.name}.{param}")
                     done[scheme] = weight_unview(mq.target, q.to(original.dtype))
             data[ph] = done[scheme]
         live = nn.Parameter(data[phase], requires_grad=False)
         setattr(module, param, live)
-        mq.slots.append(WeightSlot(mq.target, param, original if keep_original else None, data, live))
+        mq.slots.append(WeightSlot(mq.target, param, original, data, live))
 
 
 def detach(mq: ModuleQuant) -> None:

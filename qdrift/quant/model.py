@@ -7,8 +7,8 @@ model touches quantize on write.
 
 Memory: the original weights of the quantized modules are kept for `restore()` (one extra copy of
 those weights, a second one when prefill and decode quantize weights differently). Pass
-`keep_original=False` to drop them (restore then needs a reload), or `original_device="cpu"` to
-park them off the accelerator.
+`keep_original=False` to drop them once quantization has succeeded (restore then needs a reload;
+the peak during `quantize` is the same), or `original_device="cpu"` to park them off the accelerator.
 """
 
 from __future__ import annotations
@@ -77,10 +77,14 @@ def _seq_len(args, kwargs) -> int | None:
     return ids.shape[1]
 
 
+def cache_kwarg(base: nn.Module) -> str:
+    """The keyword a decoder stack takes its cache by: `cache` in transformers 5, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 def _install_forward_hook(model: nn.Module, state: QuantState) -> None:
     base = model.base_model
-    params = inspect.signature(base.forward).parameters
-    state.cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    state.cache_kwarg = cache_kwarg(base)
     config = base.config
 
     def pre_forward(module, args, kwargs):
@@ -196,30 +200,25 @@ def quantize(
         if need:
             _calibrate(model, state, calibration)
         for mq in state.modules:
-            linear.quantize_weights(mq, schemes, keep_original, state.phase)
-            if original_device is not None:
-                for slot in mq.slots:
-                    if slot.original is not None:
-                        slot.original.data = slot.original.data.to(original_device)
+            linear.quantize_weights(mq, schemes, state.phase)
     except BaseException:
-        _undo(model, state, strict=False)
+        _undo(model, state)  # originals are still all there, so this restores exactly
         raise
+    for mq in state.modules:
+        for slot in mq.slots:
+            if not keep_original:
+                slot.original = None
+            elif original_device is not None:
+                slot.original.data = slot.original.data.to(original_device)
     return model
 
 
-def _undo(model: nn.Module, state: QuantState, strict: bool = True) -> None:
+def _undo(model: nn.Module, state: QuantState) -> None:
     if state.hook is not None:
         state.hook.remove()
     for mq in state.modules:
-        linear.detach(mq) if strict else _detach_quietly(mq)
-    model.__dict__.pop(ATTR, None)
-
-
-def _detach_quietly(mq: linear.ModuleQuant) -> None:
-    try:
         linear.detach(mq)
-    except RuntimeError:
-        pass
+    model.__dict__.pop(ATTR, None)
 
 
 def restore(model: nn.Module) -> nn.Module:

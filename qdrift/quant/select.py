@@ -112,7 +112,7 @@ def _no_match(field: str, pattern: str, names: list[str]) -> str:
     )
 
 
-def weight_view(target: Target, param: str, tensor: torch.Tensor) -> torch.Tensor:
+def weight_view(target: Target, tensor: torch.Tensor) -> torch.Tensor:
     """The weight laid out [..., out, in], input dim last, as the quantizer expects."""
     return tensor.t() if target.kind == CONV1D else tensor
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import DynamicCache
 
-from qdrift.quant.model import state_of
+from qdrift.quant.model import cache_kwarg, state_of
 from qdrift.quant.schemes import number_format, weight_bits
 from qdrift.spec import QuantSpec, TensorScheme
 
@@ -71,7 +70,7 @@ def kv_shapes(model: nn.Module) -> list[tuple[int, int, int, int]]:
     device = next(model.parameters()).device
     cache = DynamicCache(config=model.config)
     base = model.base_model
-    name = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    name = cache_kwarg(base)
     with torch.no_grad():
         base(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=True, **{name: cache})
     return [

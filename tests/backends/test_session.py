@@ -53,3 +53,13 @@ def test_quantized_model_cache_is_quantized_in_the_session():
     s.feed([ids(4, 0), ids(2, 1)])
     keys = s.cache.layers[0].keys
     assert torch.equal(keys, keys.to(torch.float8_e4m3fn).float())
+
+
+def test_a_row_fed_nothing_keeps_its_own_logits():
+    model = tiny_model("llama")
+    a, b1, b2 = ids(5, 0), ids(4, 1), ids(3, 2)
+    s = BatchSession(model, 2, pad_id=0)
+    s.feed([a, b1])
+    logits = s.feed([None, b2])  # row 0 gets only padding in this forward
+    torch.testing.assert_close(logits[0], alone(model, [a]), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(logits[1], alone(model, [b1, b2]), rtol=1e-4, atol=1e-5)

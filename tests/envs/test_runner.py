@@ -49,10 +49,16 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent():
     assert [s.raw for s in a] == [s.raw for s in b] != [s.raw for s in c]
 
 
-def test_quantized_policy_runs_episodes():
+def test_quantized_policy_runs_episodes_on_a_quantized_cache():
+    from qdrift.quant.kv import QuantizedKVLayerMixin
+
     model = qdrift.quantize(tiny_model("llama"), "w4g32-a8-kv:fp8e4m3@unit")
-    episodes, _ = run_episodes(policy(model), envs(2))
-    assert len(episodes) == 2
+    p = policy(model)
+    episodes, steps = run_episodes(p, envs(2))
+    assert [e.steps for e in episodes] == [envs(1)[0].max_steps] * 2
+    assert all(isinstance(layer, QuantizedKVLayerMixin) for layer in p._session.cache.layers)
+    baseline = run_episodes(policy(), envs(2))[1]
+    assert [s.raw for s in steps] != [s.raw for s in baseline], "quantization changed nothing the model wrote"
 
 
 def test_tokenizer_without_pad_token_is_refused():

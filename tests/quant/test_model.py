@@ -34,12 +34,16 @@ def test_restore_gives_back_the_baseline_exactly(llama):
 
 def test_weights_are_quantized_once_not_every_forward(llama, monkeypatch):
     qdrift.quantize(llama, "w4g32-a16-kv:16")
-    from qdrift.quant import schemes
+    from qdrift.quant import linear, schemes
 
     def fail(*a, **k):
         raise AssertionError("weight re-quantized during a forward")
 
+    # Patch where it is looked up (linear imports the name) and where it is defined.
+    monkeypatch.setattr(linear, "quantize_weight", fail)
     monkeypatch.setattr(schemes, "quantize_weight", fail)
+    fmt = schemes.number_format(qdrift.spec_of(llama).decode.weights)
+    monkeypatch.setattr(fmt, "fake_quantize", fail)  # no weight format work at all during forwards
     with torch.no_grad():
         llama.generate(prompt(), max_new_tokens=4, do_sample=False)
 
@@ -154,3 +158,26 @@ def test_expert_banks_get_one_tensor_scale_per_expert():
     w1, r1 = bank.down_proj[1], ref[1]
     scale = r1.abs().max() / 127  # direct reference: symmetric int8, one scale for expert 1 alone
     torch.testing.assert_close(w1, (r1 / scale).round().clamp(-127, 127) * scale)
+
+
+def test_a_failure_midway_restores_the_model_even_without_kept_originals(llama, monkeypatch):
+    from qdrift.quant import linear
+
+    ids = prompt()
+    with torch.no_grad():
+        ref = llama(ids).logits
+    calls = {"n": 0}
+    real = linear.quantize_weight
+
+    def fail_on_third(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated failure")
+        return real(*a, **k)
+
+    monkeypatch.setattr(linear, "quantize_weight", fail_on_third)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        qdrift.quantize(llama, "w4g32-a16-kv:16", keep_original=False)
+    assert qdrift.spec_of(llama) is None
+    with torch.no_grad():
+        assert torch.equal(llama(ids).logits, ref)

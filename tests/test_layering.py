@@ -18,6 +18,7 @@ def imported_after(module: str) -> set[str]:
         ("qdrift", {"torch", "transformers"}),
         ("qdrift.spec", {"torch", "transformers"}),
         ("qdrift.formats", {"transformers"}),
+        ("qdrift.stats", {"torch", "transformers", "matplotlib"}),
     ],
 )
 def test_module_does_not_pull_in_heavier_layers(module, forbidden):

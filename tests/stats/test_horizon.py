@@ -1,0 +1,145 @@
+"""Success vs horizon, the 50% horizon and the per-step error ratio recover planted truths."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+
+from qdrift.stats.horizon import _batched_fit, _cells, half_horizon, step_error_ratio, success_by_horizon
+from qdrift.stats.rows import cluster_ids, episode_frame
+
+matplotlib.use("Agg")
+
+HORIZONS = (4, 8, 16, 32, 64, 128)
+
+
+def geometric(rng, p_by_config, seeds=80, trials=2, horizons=HORIZONS) -> pd.DataFrame:
+    """Episodes whose first error is geometric(p) per step; an episode of horizon L succeeds if none by L."""
+    rows = []
+    for c, p in p_by_config.items():
+        for h in horizons:
+            first = rng.geometric(p, (seeds, trials)) - 1
+            for s in range(seeds):
+                for t in range(trials):
+                    f = int(first[s, t])
+                    err = f < h
+                    rows.append({"episode": len(rows), "env": "ledger", "horizon": h, "seed": s, "trial": t,
+                                 "success": not err, "steps": h, "first_error_step": f if err else None,
+                                 "stop_reason": "done", "config": c})
+    return pd.DataFrame(rows)
+
+
+def l50(p: float) -> float:
+    return math.log(0.5) / math.log(1 - p)
+
+
+def test_success_by_horizon_wilson_and_plot():
+    df = geometric(np.random.default_rng(1), {"baseline": 0.02, "w4g128": 0.05}, seeds=30)
+    res = success_by_horizon(df)
+    row = res.row(config="w4g128", horizon=16)
+    assert row["n"] == 60 and row["rate"] == row["successes"] / 60
+    assert row["ci"][0] < row["rate"] < row["ci"][1]
+    assert [r["config"] for r in res.rows][:6] == ["baseline"] * 6  # first-seen order
+    ax = res.plot()
+    assert len(ax.get_lines()) == 2 and ax.get_xscale() == "log"
+
+
+def test_success_by_horizon_all_successes_is_defined():
+    df = geometric(np.random.default_rng(2), {"baseline": 1e-12}, seeds=5, horizons=(4, 8))
+    res = success_by_horizon(df)
+    assert all(r["rate"] == 1.0 and r["ci"][0] < 1.0 for r in res.rows) and "succeeded" in res.notes[0]
+
+
+def test_half_horizon_recovers_planted_geometric_l50_and_ratio():
+    p_b, p_v = 0.02, 0.05
+    df = geometric(np.random.default_rng(3), {"baseline": p_b, "w4g128": p_v})
+    res = half_horizon(df, n_boot=500, seed=1)
+    for c, p in (("baseline", p_b), ("w4g128", p_v)):
+        r = res.row(quantity="L50", config=c)
+        print(f"L50 {c}: {r['estimate']:.2f} {r['ci']} planted {l50(p):.2f}")
+        assert r["ci"][0] <= l50(p) <= r["ci"][1]
+    ratio = res.row(quantity="L50 ratio")
+    assert ratio["ci"][0] <= l50(p_v) / l50(p_b) <= ratio["ci"][1]
+
+
+def test_half_horizon_bootstrap_interval_coverage():
+    # Coverage of the planted L50 over 60 datasets (batched fits keep this cheap).
+    rng = np.random.default_rng(4)
+    hits = 0
+    for _ in range(60):
+        df = geometric(rng, {"baseline": 0.03}, seeds=40, trials=1)
+        r = half_horizon(df, n_boot=200, seed=int(rng.integers(1 << 30))).rows[0]
+        hits += r["ci"][0] <= l50(0.03) <= r["ci"][1]
+    print(f"L50 95% bootstrap coverage over 60 datasets: {hits / 60:.2f}")
+    assert hits / 60 >= 0.85
+
+
+@pytest.mark.parametrize("model", ["logistic", "cloglog"])
+def test_batched_fit_matches_statsmodels(model):
+    df = geometric(np.random.default_rng(5), {"baseline": 0.03}, seeds=30)
+    f = episode_frame(df)
+    codes, g = cluster_ids(f)
+    x, s, n = _cells(f, "config", ["baseline"], codes, g)
+    s, n = s.sum(0), n.sum(0)
+    if model == "logistic":
+        fam, endog, link = sm.families.Binomial(), np.column_stack([s, n - s]), "logit"
+    else:
+        fam, endog, link = sm.families.Binomial(sm.families.links.CLogLog()), np.column_stack([n - s, s]), "cloglog"
+    ref = sm.GLM(endog, sm.add_constant(np.log(x)), family=fam).fit().params
+    a, b = _batched_fit(np.log(x), s, n, link)
+    assert np.allclose([a[0], b[0]], ref, atol=1e-7)
+
+
+def test_half_horizon_models_and_extrapolation_flag():
+    df = geometric(np.random.default_rng(6), {"baseline": 0.002, "w4g128": 0.03}, seeds=40)
+    emp = half_horizon(df, n_boot=100, model="empirical")
+    assert emp.row(quantity="L50", config="baseline")["estimate"] == math.inf  # never below 50% by L = 128
+    cl = half_horizon(df, n_boot=100)
+    b = cl.row(quantity="L50", config="baseline")
+    assert b["extrapolated"] and 150 < b["estimate"] < 1500
+    lg = half_horizon(df, n_boot=100, model="logistic")
+    assert lg.row(quantity="L50", config="w4g128")["ci"][0] < l50(0.03) * 1.3
+
+
+def test_half_horizon_all_successes_is_inf_with_note():
+    df = geometric(np.random.default_rng(7), {"baseline": 0.03, "w4g128": 1e-12}, seeds=20)
+    res = half_horizon(df, n_boot=50)
+    assert res.row(quantity="L50", config="w4g128")["estimate"] == math.inf
+    assert res.row(quantity="L50 ratio")["estimate"] == math.inf
+    assert any("separated" in n for n in res.notes)
+
+
+def test_step_error_ratio_recovers_planted_ratio():
+    df = geometric(np.random.default_rng(8), {"baseline": 0.02, "w4g128": 0.05})
+    res = step_error_ratio(df)
+    ratio = res.row(quantity="p_step ratio")
+    assert ratio["ci"][0] <= 2.5 <= ratio["ci"][1]
+    p = res.row(quantity="p_step", config="baseline")
+    assert p["ci"][0] <= 0.02 <= p["ci"][1] and p["estimate"] == p["errors"] / p["steps_at_risk"]
+
+
+def test_step_error_ratio_zero_errors_uses_exact_interval():
+    df = geometric(np.random.default_rng(9), {"baseline": 0.02, "w4g128": 1e-12}, seeds=20)
+    res = step_error_ratio(df)
+    assert res.row(quantity="p_step", config="w4g128")["estimate"] == 0.0
+    r = res.row(quantity="p_step ratio")
+    assert r["estimate"] == 0.0 and r["ci"][0] == 0.0 and 0 < r["ci"][1] < 0.2
+    assert any("exact" in n for n in res.notes)
+
+
+def test_bad_inputs():
+    df = geometric(np.random.default_rng(10), {"baseline": 0.02}, seeds=3, horizons=(8,))
+    with pytest.raises(ValueError, match="at least 2 distinct horizons"):
+        half_horizon(df)
+    with pytest.raises(ValueError, match="model must be"):
+        half_horizon(df, model="spline")
+    one = geometric(np.random.default_rng(10), {"baseline": 0.02}, seeds=1, trials=3)
+    with pytest.raises(ValueError, match="only 1 cluster"):
+        half_horizon(one)
+    with pytest.raises(ValueError, match="config 'w4' has no rows"):
+        step_error_ratio(df, baseline="w4")

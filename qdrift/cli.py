@@ -11,6 +11,10 @@ def _load(model_ref: str, dtype: str):
     import torch
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    if model_ref == "organism":
+        from qdrift.organism import load_organism
+
+        return load_organism(dtype=torch_dtype)
     if model_ref.startswith("tiny:"):
         from qdrift.tiny import tiny_model
 
@@ -105,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--new-tokens", type=int, default=32)
     q.add_argument("--json", action="store_true", help="also print a JSON line of the headline numbers")
     q.set_defaults(func=cmd_quantize)
+    from qdrift.cli_agents import add_parser as add_agents
+
+    add_agents(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p

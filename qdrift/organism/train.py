@@ -4,7 +4,7 @@
 
 Reproducible: one seed fixes the initialisation, the environments' training seeds and the batch
 order; runs on the CPU (2 threads) in bf16 autocast. Horizons follow a curriculum: the longest
-horizon sampled grows from 8 to `--max-horizon` over the first 30% of the steps, after which
+horizon sampled grows from 8 to `--max-horizon` over the first half of the steps, after which
 batches draw horizons from 1 to the maximum, so contexts as long as the longest evaluated episode
 are in the training distribution. Each batch holds about `--batch-tokens` tokens of episodes of one
 horizon (five environments mixed), right-padded; the loss is on the generated call tokens only.
@@ -28,9 +28,12 @@ import torch.nn.functional as F
 
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
 from qdrift.organism.data import encode_episode, training_episode
-from qdrift.organism.tokenizer import build_tokenizer
+from qdrift.organism.tokenizer import SPECIALS, build_tokenizer
 
 ENVS = ("pointer_chase", "ledger", "graph_nav", "file_system", "dict_sum")
+# dict_sum needs addition of looked-up values, not copying: left out of the organism's training.
+TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
+RAMP = 0.5  # fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 
 
 def model_config(tokenizer, max_positions: int = 8192):
@@ -45,17 +48,17 @@ def model_config(tokenizer, max_positions: int = 8192):
 
 
 def sample_horizon(rng: random.Random, progress: float, max_horizon: int) -> int:
-    top = max_horizon if progress >= 0.3 else max(8, round(8 + (max_horizon - 8) * progress / 0.3))
+    top = max_horizon if progress >= RAMP else max(8, round(8 + (max_horizon - 8) * progress / RAMP))
     if rng.random() < 0.5:
         return max(1, min(top, round(math.exp(rng.uniform(0, math.log(top))))))
     return rng.randint(1, top)
 
 
-def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int):
+def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, envs=TRAINED):
     seqs = []
     total = 0
     while True:
-        name = rng.choice(ENVS)
+        name = rng.choice(envs)
         seq = training_episode(tokenizer, name, horizon, rng.randrange(TRAIN_SEEDS_BELOW))
         seqs.append(seq)
         total = max(len(s.ids) for s in seqs) * len(seqs)
@@ -67,6 +70,21 @@ def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int):
     for i, s in enumerate(seqs):
         ids[i, : len(s.ids)] = torch.tensor(s.ids)
         tgt[i, : len(s.ids)] = torch.tensor(s.targets)
+    return ids, tgt
+
+
+def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, length: int = 20):
+    """A random token string, a separator, and the same string again: the loss is on the repeat.
+
+    Why: in the environments a value to copy is one target among ~20 fixed-format tokens, so the
+    signal that forms a copying (induction) circuit is sparse, and from scratch the model sat on a
+    plateau (it learned the call format, not the copy). This dense task forms the circuit in a few
+    hundred steps; the environment trajectories then only have to point it at the right source.
+    """
+    x = torch.randint(first, vocab, (batch, length), generator=gen)
+    ids = torch.cat([x, torch.full((batch, 1), first - 1), x], 1)
+    tgt = torch.zeros_like(ids, dtype=torch.bool)
+    tgt[:, length + 1:] = True
     return ids, tgt
 
 
@@ -95,10 +113,10 @@ def call_accuracy(model, tokenizer, ids: torch.Tensor, tgt: torch.Tensor) -> tup
     return right, calls
 
 
-def heldout_eval(model, tokenizer, horizons=(16, 200), per=2) -> dict:
+def heldout_eval(model, tokenizer, envs=TRAINED, horizons=(16, 200), per=2) -> dict:
     model.eval()
     out = {}
-    for name in ENVS:
+    for name in envs:
         for L in horizons:
             right = calls = 0
             for i in range(per):
@@ -117,11 +135,14 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=1400)
     ap.add_argument("--batch-tokens", type=int, default=12_000)
     ap.add_argument("--max-horizon", type=int, default=200)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--envs", nargs="+", default=list(TRAINED))
+    ap.add_argument("--init", type=Path, default=None, help="continue from saved weights (skips the copy warmup)")
+    ap.add_argument("--copy-warmup", type=int, default=300, help="steps of the dense copy task before the trajectories")
     args = ap.parse_args(argv)
 
     from transformers import LlamaForCausalLM
@@ -130,10 +151,16 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     rng = random.Random(f"organism-train-{args.seed}")
     tokenizer = build_tokenizer()
-    model = LlamaForCausalLM._from_config(model_config(tokenizer), attn_implementation="sdpa")
+    if args.init is not None:
+        model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32, attn_implementation="sdpa")
+        args.copy_warmup = 0
+    else:
+        model = LlamaForCausalLM._from_config(model_config(tokenizer), attn_implementation="sdpa")
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    # No weight decay on the (tied) embedding: copying a value is an identity map through it,
+    # and decay pulls it towards the low-rank "nearby number" solution seen in early training.
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -148,13 +175,28 @@ def main(argv=None):
     emit({"event": "start", "params": n_params, "vocab": len(tokenizer), **{k: str(v) for k, v in vars(args).items()},
           "torch": torch.__version__})
     t0 = time.time()
+    gen = torch.Generator().manual_seed(args.seed)
+    first_value = 256 + len(SPECIALS)  # after the specials and the byte-fallback pieces
+    for step in range(1, args.copy_warmup + 1):
+        for group in opt.param_groups:
+            group["lr"] = 1e-3 * min(1.0, step / 30)
+        ids, tgt = copy_batch(gen, len(tokenizer), first_value)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, labels = target_logits(model, ids, tgt)
+            loss = F.cross_entropy(logits.float(), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0:
+            emit({"copy_step": step, "loss": round(float(loss), 5), "min": round((time.time() - t0) / 60, 2)})
     tokens = targets = 0
     loss_acc, loss_n = 0.0, 0
     model.train()
     for step in range(1, args.steps + 1):
         progress = step / args.steps
         horizon = sample_horizon(rng, progress, args.max_horizon)
-        ids, tgt = make_batch(tokenizer, rng, horizon, args.batch_tokens)
+        ids, tgt = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs)
         if step <= args.warmup:
             lr = args.lr * step / args.warmup
         else:
@@ -179,7 +221,7 @@ def main(argv=None):
                   "batch": list(ids.shape), "tokens": tokens, "tok_per_s": round(tokens / elapsed), "min": round(elapsed / 60, 2)})
             loss_acc, loss_n = 0.0, 0
         if step % args.eval_every == 0 or step == args.steps:
-            emit({"step": step, "heldout_call_acc": heldout_eval(model, tokenizer), "min": round((time.time() - t0) / 60, 2)})
+            emit({"step": step, "heldout_call_acc": heldout_eval(model, tokenizer, args.envs), "min": round((time.time() - t0) / 60, 2)})
             save(model, tokenizer, args.out)
     emit({"event": "done", "min": round((time.time() - t0) / 60, 2), "tokens": tokens, "target_tokens": targets})
     log.close()

@@ -1,0 +1,83 @@
+"""`qdrift agents`: run agent episodes with a baseline and quantized variants, then test the difference.
+
+The main job on the embedded default (the organism): every variant is the same weights quantized
+by a spec; episodes are held-out seeds; every episode row is written to `--out` (JSON lines) as it
+finishes a (spec, horizon) cell, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+
+def load_model(ref: str):
+    """(model, tokenizer) for 'organism' (the shipped model) or a local directory."""
+    from qdrift.organism import WEIGHTS, load_organism
+
+    if ref == "organism":
+        return load_organism(WEIGHTS)
+    if not Path(ref).is_dir():
+        raise SystemExit(f"qdrift: model '{ref}' is neither 'organism' nor a local model directory")
+    return load_organism(ref)
+
+
+def cmd_agents(args) -> int:
+    import torch
+
+    import qdrift
+    from qdrift import stats
+    from qdrift.organism.evaluate import evaluate
+    from qdrift.spec import QuantSpec
+
+    for s in args.spec:
+        try:
+            QuantSpec.parse(s)
+        except ValueError as e:
+            raise SystemExit(f"qdrift: bad --spec {s!r}: {e}") from None
+    if any(h < 1 for h in args.horizons):
+        raise SystemExit(f"qdrift: horizons must be >= 1, got {args.horizons}")
+    torch.set_num_threads(args.threads)
+    base, tokenizer = load_model(args.model)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("")
+    rows = []
+    configs = ["baseline", *args.spec]
+    for config in configs:
+        model = base if config == "baseline" else qdrift.quantize(copy.deepcopy(base), config, keep_original=False)
+        for L in args.horizons:
+            t0 = time.time()
+            summary, episodes, _ = evaluate(model, tokenizer, args.env, L, args.seeds, args.batch)
+            cell = [{**e.row(), "config": config} for e in episodes]
+            rows += cell
+            if out:
+                with out.open("a") as f:
+                    f.write("".join(json.dumps(r) + "\n" for r in cell))
+            print(f"{config:>28}  L={L:<4} success {summary['success']:.3f}  step accuracy "
+                  f"{summary['step_accuracy']:.4f}  ({summary['episodes']} episodes, {time.time() - t0:.1f} s)",
+                  flush=True)
+    print(stats.success_by_horizon(rows, "config").summary())
+    for spec in args.spec:
+        print(stats.paired_from_rows(rows, "config", "baseline", spec, item_cols=["env", "horizon", "seed", "trial"],
+                                     cluster_col="seed").summary())
+        print(stats.step_error_ratio(rows, "config", baseline="baseline").summary())
+        if len(set(args.horizons)) >= 2:
+            print(stats.compounding_test(rows, "config", "baseline", spec).summary())
+    return 0
+
+
+def add_parser(sub) -> None:
+    a = sub.add_parser("agents", help="agent episodes: baseline vs quantized variants, with statistics")
+    a.add_argument("--model", default="organism", help="'organism' (the shipped model) or a local model directory")
+    a.add_argument("--env", default="pointer_chase", help="environment name or path.py@Class")
+    a.add_argument("--horizons", nargs="+", type=int, default=[1, 16, 64])
+    a.add_argument("--seeds", type=int, default=20, help="held-out seeds per horizon")
+    a.add_argument("--spec", nargs="+", default=["w4g128-a16-kv:fp8e4m3@unit"])
+    a.add_argument("--batch", type=int, default=50)
+    a.add_argument("--threads", type=int, default=2)
+    a.add_argument("--out", help="write every episode row here (JSON lines)")
+    a.set_defaults(func=cmd_agents)

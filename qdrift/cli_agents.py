@@ -61,10 +61,10 @@ def cmd_agents(args) -> int:
                   f"{summary['step_accuracy']:.4f}  ({summary['episodes']} episodes, {time.time() - t0:.1f} s)",
                   flush=True)
     print(stats.success_by_horizon(rows, "config").summary())
+    print(stats.step_error_ratio(rows, "config", baseline="baseline").summary())
     for spec in args.spec:
         print(stats.paired_from_rows(rows, "config", "baseline", spec, item_cols=["env", "horizon", "seed", "trial"],
                                      cluster_col="seed").summary())
-        print(stats.step_error_ratio(rows, "config", baseline="baseline").summary())
         if len(set(args.horizons)) >= 2:
             print(stats.compounding_test(rows, "config", "baseline", spec).summary())
     return 0

@@ -28,11 +28,11 @@ import torch
 
 from qdrift.backends.hf import HFPolicy, TemplateMismatch
 from qdrift.envs.prompting import tool_prompt_for
-from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
+from qdrift.envs.registry import BUILTIN, TRAIN_SEEDS_BELOW, make_environment
 from qdrift.envs.runner import run_episodes
 from qdrift.models.smollm2 import BASELINE_NOTE, MODEL_NAME, load_smollm2
 
-ENVS = ("pointer_chase", "ledger", "graph_nav", "file_system", "dict_sum")
+ENVS = tuple(BUILTIN)  # every built-in environment
 
 
 def _rate(xs) -> float:

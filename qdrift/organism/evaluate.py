@@ -17,9 +17,9 @@ import json
 import time
 from pathlib import Path
 
-from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
+from qdrift.envs.registry import BUILTIN, TRAIN_SEEDS_BELOW, make_environment
 
-ENVS = ("pointer_chase", "ledger", "graph_nav", "file_system", "dict_sum")
+ENVS = tuple(BUILTIN)  # every built-in environment
 
 
 def summarize(episodes, steps) -> dict:

@@ -19,8 +19,6 @@ prefix of the rendering of a longer conversation, so the episode runner can reus
 
 from __future__ import annotations
 
-import re
-
 SPECIALS = ("<pad>", "<|im_end|>", "<unk>")
 PAD, EOS, UNK = SPECIALS
 
@@ -116,6 +114,3 @@ def build_tokenizer():
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
-
-def is_value(piece: str) -> bool:
-    return bool(re.fullmatch(r"-?\d+|[knf]\d+", piece)) or piece in COLORS

@@ -30,7 +30,6 @@ from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
 from qdrift.organism.data import encode_episode, training_episode
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer
 
-ENVS = ("pointer_chase", "ledger", "graph_nav", "file_system", "dict_sum")
 # dict_sum needs addition of looked-up values, not copying: left out of the organism's training.
 TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
 RAMP = 0.5  # fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
@@ -93,6 +92,18 @@ def target_logits(model, ids: torch.Tensor, tgt: torch.Tensor):
     hidden = model.model(input_ids=ids).last_hidden_state
     select = tgt[:, 1:]
     return model.lm_head(hidden[:, :-1][select]), ids[:, 1:][select]
+
+
+def train_step(model, opt, ids: torch.Tensor, tgt: torch.Tensor):
+    """One AdamW step on the target tokens (bf16 autocast, gradient norm clipped to 1); (loss, labels)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, labels = target_logits(model, ids, tgt)
+        loss = F.cross_entropy(logits.float(), labels)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss, labels
 
 
 def call_accuracy(model, tokenizer, ids: torch.Tensor, tgt: torch.Tensor) -> tuple[int, int]:
@@ -181,13 +192,7 @@ def main(argv=None):
         for group in opt.param_groups:
             group["lr"] = 1e-3 * min(1.0, step / 30)
         ids, tgt = copy_batch(gen, len(tokenizer), first_value)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits, labels = target_logits(model, ids, tgt)
-            loss = F.cross_entropy(logits.float(), labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss, _ = train_step(model, opt, ids, tgt)
         if step % 50 == 0:
             emit({"copy_step": step, "loss": round(float(loss), 5), "min": round((time.time() - t0) / 60, 2)})
     tokens = targets = 0
@@ -204,13 +209,7 @@ def main(argv=None):
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * q)))
         for group in opt.param_groups:
             group["lr"] = lr
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits, labels = target_logits(model, ids, tgt)
-            loss = F.cross_entropy(logits.float(), labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss, labels = train_step(model, opt, ids, tgt)
         tokens += ids.numel()
         targets += labels.numel()
         loss_acc += float(loss)

@@ -117,7 +117,7 @@ class HFPolicy:
         chunks = [self._pending[r] if (r in rows and self._pending[r]) else None for r in range(session.batch)]
         tokens_in = {r: len(chunks[r] or []) for r in rows}
         logits = session.feed(chunks) if any(chunks) else session.last_logits
-        opening = self.prompt.parser.opening if self.prompt.prefill_opening else ""
+        opening = self.prompt.prefilled
         stops = tuple(self.prompt.parser.stop_strings)
 
         def stop_check(row, ids):

@@ -192,27 +192,43 @@ class ToolPrompt:
     mode: str  # "native" or "prompted"
     parser: ToolCallParser
     prefill_opening: bool  # start each assistant turn with parser.opening already in the prompt
+    # More call text prefilled after the opening, e.g. '{"name": "' for hermes, so that a model
+    # which drifts into copying the tool schemas must write a tool name next. Recorded in describe().
+    prefill_extra: str = ""
 
     def __post_init__(self):
         if self.mode not in ("native", "prompted"):
             raise ValueError(f"mode must be 'native' or 'prompted', not {self.mode!r}")
+        if self.prefill_extra and not self.prefill_opening:
+            raise ValueError(f"prefill_extra={self.prefill_extra!r} needs prefill_opening=True (it follows the opening)")
+        example = self.parser.render(ToolCall("tool_name", {"arg": 0}))
+        if self.prefill_opening and not example.startswith(self.prefilled):
+            raise ValueError(
+                f"prefill {self.prefilled!r} is not how a {self.parser.name} call starts "
+                f"(a call renders as {example!r}); prefill a prefix of that"
+            )
+
+    @property
+    def prefilled(self) -> str:
+        """The call text placed at the start of every assistant turn ('' when nothing is prefilled)."""
+        return (self.parser.opening + self.prefill_extra) if self.prefill_opening else ""
 
     def describe(self) -> str:
         s = f"{self.mode} tools, {self.parser.name} format"
-        return s + (", call opening prefilled" if self.prefill_opening else "")
+        return s + (f", call opening {self.prefilled!r} prefilled" if self.prefill_opening else "")
 
     def completion_text(self, generated: str) -> str:
-        """The raw assistant text to parse and store as "content": the prefilled opening (if any)
+        """The raw assistant text to parse and store as "content": the prefilled text (if any)
         plus what the model generated after it."""
-        return (self.parser.opening + generated) if self.prefill_opening else generated
+        return self.prefilled + generated
 
     # ------------------------------------------------------------------------------- rendering
 
     def render(self, tokenizer, messages: list[dict], tools: list[dict], add_generation_prompt: bool = True) -> str:
-        """The prompt text. With `prefill_opening` and a generation prompt, ends with parser.opening."""
+        """The prompt text. With `prefill_opening` and a generation prompt, ends with `prefilled`."""
         text = self._render_base(tokenizer, messages, tools, add_generation_prompt)
-        if self.prefill_opening and add_generation_prompt:
-            text += self.parser.opening
+        if add_generation_prompt:
+            text += self.prefilled
         return text
 
     def _render_base(self, tokenizer, messages, tools, add_generation_prompt) -> str:
@@ -314,10 +330,10 @@ class ToolPrompt:
         if new.get("role") != "assistant":
             raise ValueError(f"the first new message must be the assistant's, not role {new.get('role')!r}")
         raw = new.get("content") or ""
-        if self.prefill_opening and not raw.startswith(self.parser.opening):
+        if not raw.startswith(self.prefilled):
             raise ValueError(
                 "with prefill_opening the assistant content must be the raw text including the "
-                f"prefilled opening {self.parser.opening!r} (see ToolPrompt.completion_text)"
+                f"prefilled opening {self.prefilled!r} (see ToolPrompt.completion_text)"
             )
         cached = self._render_base(tokenizer, before, tools, True) + raw + consumed
         full = self.render(tokenizer, after, tools, add_generation_prompt=True)
@@ -332,7 +348,7 @@ class ToolPrompt:
 
 
 def tool_prompt_for(tokenizer, mode: str = "auto", parser: ToolCallParser | str | None = None,
-                    prefill_opening: bool = False) -> ToolPrompt:
+                    prefill_opening: bool = False, prefill_extra: str = "") -> ToolPrompt:
     """Choose how to drive `tokenizer`'s model with tools.
 
     ``mode="auto"``: native when the chat template references ``tools``, else prompted.
@@ -363,4 +379,4 @@ def tool_prompt_for(tokenizer, mode: str = "auto", parser: ToolCallParser | str 
                 parser = get_parser("hermes")
     else:
         raise ValueError(f"mode must be 'auto', 'native' or 'prompted', not {mode!r}")
-    return ToolPrompt(mode=mode, parser=parser, prefill_opening=bool(prefill_opening))
+    return ToolPrompt(mode=mode, parser=parser, prefill_opening=bool(prefill_opening), prefill_extra=prefill_extra)

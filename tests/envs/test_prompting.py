@@ -152,10 +152,26 @@ def test_auto_selection(chatml, qwen):
     assert tp.describe() == "native tools, hermes format"
     tp = tool_prompt_for(chatml, prefill_opening=True)
     assert tp.mode == "prompted" and tp.parser.name == "hermes"  # hermes by default for prompted
-    assert tp.describe() == "prompted tools, hermes format, call opening prefilled"
+    assert tp.describe() == "prompted tools, hermes format, call opening '<tool_call>\\n' prefilled"
     tp = tool_prompt_for(chatml, parser="llama3_json")
     assert tp.parser.name == "llama3_json" and tp.describe() == "prompted tools, llama3_json format"
     assert tool_prompt_for(qwen, mode="prompted").mode == "prompted"
+
+
+def test_prefill_extra_puts_the_name_opening_in_the_prompt(chatml):
+    tp = tool_prompt_for(chatml, prefill_opening=True, prefill_extra='{"name": "')
+    assert tp.prefilled == '<tool_call>\n{"name": "'
+    msgs = [{"role": "user", "content": "hi"}]
+    assert tp.render(chatml, msgs, TOOLS).endswith('assistant\n<tool_call>\n{"name": "')
+    assert tp.completion_text('add", "arguments": {}}\n</tool_call>').startswith('<tool_call>\n{"name": "add"')
+    assert tp.describe().endswith("""call opening '<tool_call>\\n{"name": "' prefilled""")
+
+
+def test_prefill_that_is_not_a_call_prefix_is_refused(chatml):
+    with pytest.raises(ValueError, match="not how a hermes call starts"):
+        tool_prompt_for(chatml, prefill_opening=True, prefill_extra="[name=")
+    with pytest.raises(ValueError, match="needs prefill_opening"):
+        tool_prompt_for(chatml, prefill_extra='{"name": "')
 
 
 def test_errors(chatml, bare):

@@ -1,0 +1,50 @@
+"""The registered `qdrift` lm-eval model: loading by name, specs, identity."""
+
+import pytest
+
+pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'qdrift[lmeval]')")
+
+from lm_eval.api.registry import get_model  # noqa: E402
+
+from qdrift.lmeval import QdriftLM  # noqa: E402
+from qdrift.quant import quantize, restore, spec_of  # noqa: E402
+from qdrift.spec import QuantSpec  # noqa: E402
+
+
+def test_importing_qdrift_lmeval_registers_the_model():
+    assert get_model("qdrift") is QdriftLM
+
+
+def test_model_by_name_is_quantized_and_named_by_its_spec():
+    lm = QdriftLM(pretrained="tiny:llama", spec="w4g32-a16-kv:16")
+    spec = QuantSpec.parse("w4g32-a16-kv:16")
+    assert spec_of(lm.model) == spec
+    assert lm.model_name == f"tiny:llama@w4g32-a16-kv:16#{spec.hash}"
+    assert lm.cache_tag == f"tiny-llama.spec-{spec.hash}"
+
+
+def test_no_spec_is_the_noop_baseline():
+    lm = QdriftLM(pretrained="tiny:llama")
+    assert spec_of(lm.model) is None and lm.spec_str == "w16-a16-kv:16" and not lm.applied_here
+
+
+def test_an_already_quantized_model_keeps_its_spec_and_refuses_another(tiny):
+    model, tok = tiny
+    quantize(model, "w8-a16-kv:16")
+    try:
+        lm = QdriftLM(pretrained=model, tokenizer=tok, name="tiny")
+        assert lm.spec_str == "w8-a16-kv:16" and not lm.applied_here
+        with pytest.raises(ValueError, match="already quantized with 'w8-a16-kv:16'"):
+            QdriftLM(pretrained=model, tokenizer=tok, spec="w4g32-a16-kv:16")
+    finally:
+        restore(model)
+
+
+def test_unknown_pretrained_names_the_builtins():
+    with pytest.raises(ValueError, match="organism, smollm2, tiny:<arch>"):
+        QdriftLM(pretrained="no-such-model")
+
+
+def test_a_model_object_needs_its_tokenizer(tiny):
+    with pytest.raises(ValueError, match="tokenizer=None"):
+        QdriftLM(pretrained=tiny[0])

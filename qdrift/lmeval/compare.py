@@ -149,6 +149,6 @@ def compare_short_form(base_rows, variant_rows, *, alpha: float = 0.05, n_boot: 
     return ShortFormResult(
         title=f"Short-form comparison: {var_spec} vs {base_spec}",
         method="paired by (task, filter, doc_id); qdrift.stats.paired_comparison; Wilson; bootstrap",
-        n=n_info, rows=rows, notes=notes + acc.notes,
+        n=n_info, rows=rows, notes=notes + [f"accuracy: {note}" for note in acc.notes],
         extra={"accuracy": acc, "per_item": per_item, "base_spec": base_spec, "variant_spec": var_spec},
     )

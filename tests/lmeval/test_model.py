@@ -48,3 +48,15 @@ def test_unknown_pretrained_names_the_builtins():
 def test_a_model_object_needs_its_tokenizer(tiny):
     with pytest.raises(ValueError, match="tokenizer=None"):
         QdriftLM(pretrained=tiny[0])
+
+
+def test_loglikelihood_forward_runs_without_a_cache_so_a_kv_spec_cannot_enter():
+    import torch
+
+    lm = QdriftLM(pretrained="tiny:llama", spec="w16-a16-kv:2g32@dyn")
+    ids = torch.arange(1, 40).unsqueeze(0)
+    with torch.no_grad():
+        with_cache = lm.model(ids).logits  # transformers builds a cache; qdrift quantizes it on write
+        no_cache = lm.model(ids, use_cache=False).logits
+    assert not torch.allclose(with_cache, no_cache)
+    assert torch.equal(lm._model_call(ids), no_cache)

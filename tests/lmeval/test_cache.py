@@ -40,6 +40,7 @@ def test_two_specs_of_one_model_never_share_cached_answers(tiny, tmp_path, monke
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == sorted([f"tiny.spec-{base.spec_hash}_rank0.db", f"tiny.spec-{variant.spec_hash}_rank0.db"])
     assert _logliks(second.rows) != _logliks(first.rows)  # recomputed under spec B, not A's answers
+    assert second.results["config"]["qdrift_spec_hash"] == variant.spec_hash  # and the results file says which
 
     def no_forward(*a, **k):
         raise AssertionError("the baseline rerun should be served from its cache")

@@ -60,3 +60,9 @@ def test_loglikelihood_forward_runs_without_a_cache_so_a_kv_spec_cannot_enter():
         no_cache = lm.model(ids, use_cache=False).logits
     assert not torch.allclose(with_cache, no_cache)
     assert torch.equal(lm._model_call(ids), no_cache)
+
+
+def test_pretrained_organism_is_the_embedded_model():
+    lm = QdriftLM(pretrained="organism", spec="w8-a16-kv:16")
+    assert lm.base_name == "organism" and lm.tokenizer.eos_token == "<|im_end|>"
+    assert str(spec_of(lm.model)) == "w8-a16-kv:16"

@@ -112,12 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
     from qdrift.cli_agents import add_parser as add_agents
 
     add_agents(sub)
+    from qdrift.cli_lmeval import add_parser as add_lmeval
+
+    add_lmeval(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lmeval"]:  # every later argument is lm_eval's (argparse cannot pass on "--model ...")
+        from qdrift.cli_lmeval import run
+
+        return run(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -1,0 +1,69 @@
+"""Continuous paired measures between a baseline and a variant (synthetic rows)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from qdrift.lmeval import compare_short_form
+from qdrift.lmeval.rows import rows_from_samples
+from qdrift.stats import paired_from_rows
+
+
+def rows(spec, lls_per_item, golds, task="t"):
+    samples = []
+    for i, (lls, gold) in enumerate(zip(lls_per_item, golds, strict=True)):
+        acc = float(int(np.argmax(lls)) == gold)
+        samples.append({"doc_id": i, "target": gold, "filtered_resps": [(x, False) for x in lls],
+                        "filter": "none", "acc": acc, "prompt_hash": f"p{i}"})
+    return rows_from_samples(task, samples, "multiple_choice", spec=spec)
+
+
+BASE = [[0.0, -2.0], [-2.0, 0.0], [0.0, -1.0], [0.0, -3.0]]
+VAR = [[0.0, -2.0], [0.0, -2.0], [-1.0, 0.0], [0.0, -3.0]]  # items 1 and 2 flip
+GOLD = [0, 1, 0, 0]
+
+
+def kl(p, q):
+    p = np.exp(np.asarray(p) - np.logaddexp.reduce(p))
+    q = np.exp(np.asarray(q) - np.logaddexp.reduce(q))
+    return float(np.sum(p * np.log(p / q)))
+
+
+def test_flip_rate_kl_and_gold_logprob_change_match_hand_computation():
+    res = compare_short_form(rows("w16-a16-kv:16", BASE, GOLD), rows("w4g32-a16-kv:16", VAR, GOLD))
+    assert res.flip_rate == 0.5
+    assert res.kl == pytest.approx(np.mean([kl(b, v) for b, v in zip(BASE, VAR, strict=True)]))
+    gold_lp = [[x - np.logaddexp.reduce(lls) for x in lls][g] for lls, g in zip(BASE, GOLD, strict=True)]
+    gold_lp_v = [[x - np.logaddexp.reduce(lls) for x in lls][g] for lls, g in zip(VAR, GOLD, strict=True)]
+    assert res.value("gold log-prob change") == pytest.approx(np.mean(np.subtract(gold_lp_v, gold_lp)))
+    assert res.accuracy.diff == pytest.approx(-0.5)  # base 4/4 right, variant 2/4
+    lo, hi = res.row(quantity="flip rate")["ci_low"], res.row(quantity="flip rate")["ci_high"]
+    assert lo < 0.5 < hi
+    text = res.summary()
+    assert "Short-form comparison: w4g32-a16-kv:16 vs w16-a16-kv:16" in text and "flip rate" in text
+
+
+def test_identical_runs_have_zero_kl_and_no_flips():
+    base = rows("w16-a16-kv:16", BASE, GOLD)
+    res = compare_short_form(base, rows("w8-a16-kv:16", BASE, GOLD))
+    assert res.kl == 0 and res.flip_rate == 0 and math.isclose(res.value("gold log-prob change"), 0)
+
+
+def test_unpaired_items_are_an_error_naming_the_item():
+    with pytest.raises(ValueError, match="unpaired items.*'doc_id': 3"):
+        compare_short_form(rows("w16-a16-kv:16", BASE, GOLD), rows("w8-a16-kv:16", VAR[:3], GOLD[:3]))
+
+
+def test_different_prompts_for_one_item_are_an_error():
+    var = rows("w8-a16-kv:16", VAR, GOLD)
+    var[0]["prompt_hash"] = "other"
+    with pytest.raises(ValueError, match="different prompts"):
+        compare_short_form(rows("w16-a16-kv:16", BASE, GOLD), var)
+
+
+def test_rows_pair_item_by_item_in_paired_from_rows():
+    all_rows = rows("w16-a16-kv:16", BASE, GOLD) + rows("w4g32-a16-kv:16", VAR, GOLD)
+    res = paired_from_rows(all_rows, "spec", "w16-a16-kv:16", "w4g32-a16-kv:16",
+                           item_cols=("task", "filter", "doc_id"), outcome="correct", n_boot=0)
+    assert res.diff == pytest.approx(-0.5)

@@ -1,0 +1,68 @@
+"""The registered `qdrift` lm-eval model: loading by name, specs, identity."""
+
+import pytest
+
+pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'qdrift[lmeval]')")
+
+from lm_eval.api.registry import get_model  # noqa: E402
+
+from qdrift.lmeval import QdriftLM  # noqa: E402
+from qdrift.quant import quantize, restore, spec_of  # noqa: E402
+from qdrift.spec import QuantSpec  # noqa: E402
+
+
+def test_importing_qdrift_lmeval_registers_the_model():
+    assert get_model("qdrift") is QdriftLM
+
+
+def test_model_by_name_is_quantized_and_named_by_its_spec():
+    lm = QdriftLM(pretrained="tiny:llama", spec="w4g32-a16-kv:16")
+    spec = QuantSpec.parse("w4g32-a16-kv:16")
+    assert spec_of(lm.model) == spec
+    assert lm.model_name == f"tiny:llama@w4g32-a16-kv:16#{spec.hash}"
+    assert lm.cache_tag == f"tiny-llama.spec-{spec.hash}"
+
+
+def test_no_spec_is_the_noop_baseline():
+    lm = QdriftLM(pretrained="tiny:llama")
+    assert spec_of(lm.model) is None and lm.spec_str == "w16-a16-kv:16" and not lm.applied_here
+
+
+def test_an_already_quantized_model_keeps_its_spec_and_refuses_another(tiny):
+    model, tok = tiny
+    quantize(model, "w8-a16-kv:16")
+    try:
+        lm = QdriftLM(pretrained=model, tokenizer=tok, name="tiny")
+        assert lm.spec_str == "w8-a16-kv:16" and not lm.applied_here
+        with pytest.raises(ValueError, match="already quantized with 'w8-a16-kv:16'"):
+            QdriftLM(pretrained=model, tokenizer=tok, spec="w4g32-a16-kv:16")
+    finally:
+        restore(model)
+
+
+def test_unknown_pretrained_names_the_builtins():
+    with pytest.raises(ValueError, match="organism, smollm2, tiny:<arch>"):
+        QdriftLM(pretrained="no-such-model")
+
+
+def test_a_model_object_needs_its_tokenizer(tiny):
+    with pytest.raises(ValueError, match="tokenizer=None"):
+        QdriftLM(pretrained=tiny[0])
+
+
+def test_loglikelihood_forward_runs_without_a_cache_so_a_kv_spec_cannot_enter():
+    import torch
+
+    lm = QdriftLM(pretrained="tiny:llama", spec="w16-a16-kv:2g32@dyn")
+    ids = torch.arange(1, 40).unsqueeze(0)
+    with torch.no_grad():
+        with_cache = lm.model(ids).logits  # transformers builds a cache; qdrift quantizes it on write
+        no_cache = lm.model(ids, use_cache=False).logits
+    assert not torch.allclose(with_cache, no_cache)
+    assert torch.equal(lm._model_call(ids), no_cache)
+
+
+def test_pretrained_organism_is_the_embedded_model():
+    lm = QdriftLM(pretrained="organism", spec="w8-a16-kv:16")
+    assert lm.base_name == "organism" and lm.tokenizer.eos_token == "<|im_end|>"
+    assert str(spec_of(lm.model)) == "w8-a16-kv:16"

@@ -19,6 +19,8 @@ def imported_after(module: str) -> set[str]:
         ("qdrift.spec", {"torch", "transformers"}),
         ("qdrift.formats", {"transformers"}),
         ("qdrift.stats", {"torch", "transformers", "matplotlib"}),
+        ("qdrift.store", {"torch", "transformers", "pandas"}),
+        ("qdrift.sweep", {"torch", "transformers"}),
     ],
 )
 def test_module_does_not_pull_in_heavier_layers(module, forbidden):

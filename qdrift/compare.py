@@ -1,0 +1,161 @@
+"""A markdown report from a results store: every variant against the baseline, with plots.
+
+Per (model, agent environment): a table of the cells (episodes, success, per-step accuracy),
+success by horizon, the per-step error-rate ratio, and per variant the paired comparison and,
+with two or more horizons, the compounding test; the success curves and the Kaplan-Meier curves
+of the first-error step are saved as PNGs next to the report. Per (model, short-form task): the
+accuracy per configuration and the paired comparison on items. An analysis that cannot be
+computed (too few rows, a missing baseline) is reported with its reason instead of stopping
+the report.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from qdrift.store import Store
+
+ITEM_COLS = ["env", "horizon", "seed", "trial"]
+
+
+def _block(text: str) -> list[str]:
+    return ["```", text.rstrip(), "```", ""]
+
+
+def _try(lines: list[str], title: str, fn) -> object | None:
+    """Append `fn()`'s summary under `title`, or the reason it could not be computed."""
+    lines.append(f"### {title}")
+    lines.append("")
+    try:
+        result = fn()
+    except (ValueError, KeyError, ZeroDivisionError, ArithmeticError) as e:
+        lines += [f"Not computed: {e}", ""]
+        return None
+    lines += _block(result.summary())
+    return result
+
+
+def _slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts)).strip("_")
+
+
+def _save(result, path: Path) -> str | None:
+    """Save `result.plot()` as a PNG; the file name, or None when there is nothing to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if result is None:
+        return None
+    try:
+        ax = result.plot()
+    except NotImplementedError:
+        return None
+    ax.figure.tight_layout()
+    ax.figure.savefig(path, dpi=110)
+    plt.close(ax.figure)
+    return path.name
+
+
+def _cell_table(episodes: list[dict], steps: list[dict]) -> list[str]:
+    acc: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for s in steps:
+        a = acc[(s["config"], s["horizon"])]
+        a[0] += bool(s["correct"])
+        a[1] += 1
+    cells: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for e in episodes:
+        c = cells[(e["config"], e["horizon"])]
+        c[0] += bool(e["success"])
+        c[1] += 1
+    lines = ["| config | horizon | episodes | success | step accuracy |", "|---|---|---|---|---|"]
+    for (config, h), (succ, n) in cells.items():
+        right, total = acc.get((config, h), (0, 0))
+        step_acc = f"{right / total:.4f}" if total else "-"
+        lines.append(f"| `{config}` | {h} | {n} | {succ / n:.3f} | {step_acc} |")
+    return lines + [""]
+
+
+def _agent_section(model: str, env: str, episodes: list[dict], steps: list[dict], baseline: str,
+                   out_dir: Path, stem: str) -> list[str]:
+    from qdrift import stats
+
+    lines = [f"## {model} on {env}", ""] + _cell_table(episodes, steps)
+    configs = list(dict.fromkeys(r["config"] for r in episodes))
+    if baseline not in configs:
+        return lines + [f"No baseline: no rows with config '{baseline}' (configs here: {', '.join(configs)}).", ""]
+    curves = _try(lines, "Success by horizon", lambda: stats.success_by_horizon(episodes, "config"))
+    for kind, result in (("success", curves), ("first-error", _km(episodes))):
+        name = _save(result, out_dir / f"{stem}-{_slug(model, env, kind)}.png")
+        if name:
+            lines += [f"![{kind} {model} {env}]({name})", ""]
+    _try(lines, "Per-step error rate vs baseline",
+         lambda: stats.step_error_ratio(episodes, "config", baseline=baseline))
+    horizons = {r["horizon"] for r in episodes}
+    for variant in (c for c in configs if c != baseline):
+        _try(lines, f"`{variant}` vs `{baseline}`: paired comparison",
+             lambda v=variant: stats.paired_from_rows(episodes, "config", baseline, v, item_cols=ITEM_COLS,
+                                                      cluster_col="seed"))
+        if len(horizons) >= 2:
+            _try(lines, f"`{variant}` vs `{baseline}`: compounding",
+                 lambda v=variant: stats.compounding_test(episodes, "config", baseline, v))
+    return lines
+
+
+def _km(episodes):
+    from qdrift import stats
+
+    try:
+        return stats.kaplan_meier(episodes, "config")
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _short_form_section(model: str, task: str, items: list[dict], baseline: str) -> list[str]:
+    from qdrift import stats
+
+    lines = [f"## {model} on {task} (short form)", "", "| config | items | accuracy |", "|---|---|---|"]
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in items:
+        by[r["config"]].append(float(r["correct"]))
+    lines += [f"| `{c}` | {len(v)} | {sum(v) / len(v):.4f} |" for c, v in by.items()] + [""]
+    for variant in (c for c in by if c != baseline):
+        _try(lines, f"`{variant}` vs `{baseline}`: paired comparison",
+             lambda v=variant: stats.paired_from_rows(items, "config", baseline, v, item_cols=["item"],
+                                                      outcome="correct"))
+    return lines
+
+
+def build_report(store: Store, baseline: str = "baseline", out: str | Path = "report.md") -> Path:
+    """Write the markdown report for every done cell in `store` to `out` (plots beside it)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cells = store.cells()
+    failed = [c for c in cells if c["status"] == "failed"]
+    lines = [f"# qdrift comparison: {store.path.name}", "",
+             f"{len(cells) - len(failed)} done cells, {len(failed)} failed; baseline `{baseline}`.", ""]
+    for c in failed:
+        cfg = c["config"]
+        lines.append(f"- failed: {cfg.get('model')} `{cfg.get('spec')}` {cfg.get('task')} "
+                     f"L={cfg.get('horizon')}: {(c['error'] or '').splitlines()[0] if c['error'] else ''}")
+    lines.append("")
+    episodes, steps = _group(store.rows("episode")), _group(store.rows("step"))
+    for (model, env), eps in episodes.items():
+        lines += _agent_section(model, env, eps, steps.get((model, env), []), baseline, out.parent, out.stem)
+    items = _group(store.rows("item"))
+    for (model, task), rows in items.items():
+        lines += _short_form_section(model, task, rows, baseline)
+    if not episodes and not items:
+        lines += ["No done cells in this store yet.", ""]
+    out.write_text("\n".join(lines))
+    return out
+
+
+def _group(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["model"], r["task"])].append(r)
+    return dict(groups)

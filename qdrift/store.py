@@ -1,0 +1,176 @@
+"""A durable SQLite store of sweep results: one row per cell, its tidy rows beside it.
+
+A cell is one (model, spec, task, horizon, seeds, knobs, qdrift version) measurement, keyed by a
+content hash of that configuration (`cell_key`), so a rerun of the same grid finds its finished
+cells and skips them, while any change to the configuration makes a new cell. A finished cell's
+rows and its `done` mark are written in one transaction: a crash (even `kill -9`) leaves either
+the whole cell or nothing, never rows without a cell or a cell marked done with rows missing.
+
+    store = Store("results.sqlite")
+    store.record_done(key, config, {"episode": [...], "step": [...]}, started, finished)
+    rows = store.rows("episode")          # tidy dicts with the config columns added: qdrift.stats takes them
+
+Standard library only (pandas lazily for `frame`), so results can be read without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+KINDS = ("episode", "step", "item")  # agent episodes, agent steps, short-form (per-item) results
+STATUSES = ("done", "failed")
+# The cell configuration fields copied onto every row read back (the row's own fields win).
+ROW_CONFIG_COLUMNS = ("model", "config", "spec", "spec_hash", "kind", "task")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cells (
+    key TEXT PRIMARY KEY,
+    config TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('done', 'failed')),
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    started REAL,
+    finished REAL,
+    wall_s REAL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rows (
+    id INTEGER PRIMARY KEY,
+    cell TEXT NOT NULL REFERENCES cells(key) ON DELETE CASCADE,
+    kind TEXT NOT NULL CHECK (kind IN ('episode', 'step', 'item')),
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rows_by_cell ON rows (cell, kind);
+"""
+
+
+def canonical_json(config: Mapping[str, Any]) -> str:
+    """The configuration as JSON with sorted keys and no spacing: equal configs, equal text."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def cell_key(config: Mapping[str, Any]) -> str:
+    """First 16 hex digits of the sha256 of the canonical configuration JSON."""
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:16]
+
+
+class Store:
+    """The results of one or more sweeps in one SQLite file (WAL mode: readers never block the writer)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        if found is None:
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(found[0]) != SCHEMA_VERSION:
+            raise ValueError(f"store {self.path} has schema_version {found[0]}; this qdrift reads version "
+                             f"{SCHEMA_VERSION} only (write a new store, or use the qdrift that wrote it)")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0])
+
+    # --- writing ---------------------------------------------------------------------------
+    def record_done(self, key: str, config: Mapping[str, Any], rows: Mapping[str, Iterable[Mapping]],
+                    started: float, finished: float) -> None:
+        """Write a finished cell and all its rows (`{kind: [row, ...]}`) in one transaction."""
+        bad = sorted(set(rows) - set(KINDS))
+        if bad:
+            raise ValueError(f"row kind {bad[0]!r} is not one of {', '.join(KINDS)}")
+        # A generator: rows are serialised inside the transaction, so a row that fails rolls back the cell.
+        payload = ((key, kind, json.dumps(dict(r), default=str)) for kind, rs in rows.items() for r in rs)
+        self._write(key, config, "done", None, started, finished, payload)
+
+    def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float) -> None:
+        """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it."""
+        self._write(key, config, "failed", error, started, finished, [])
+
+    def _write(self, key, config, status, error, started, finished, payload) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM rows WHERE cell = ?", (key,))
+            db.execute(
+                "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created) "
+                "VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET config = excluded.config, "
+                "status = excluded.status, error = excluded.error, attempts = cells.attempts + 1, "
+                "started = excluded.started, finished = excluded.finished, wall_s = excluded.wall_s",
+                (key, canonical_json(config), status, error, started, finished, finished - started, time.time()))
+            db.executemany("INSERT INTO rows (cell, kind, data) VALUES (?, ?, ?)", payload)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    # --- reading ---------------------------------------------------------------------------
+    def status(self, key: str) -> str | None:
+        """'done', 'failed', or None for a cell never recorded."""
+        found = self._db.execute("SELECT status FROM cells WHERE key = ?", (key,)).fetchone()
+        return found[0] if found else None
+
+    def cells(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded cell as a dict: key, config (a dict), status, error, attempts, timings, rows."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, got {status!r}")
+        query = ("SELECT c.key, c.config, c.status, c.error, c.attempts, c.started, c.finished, c.wall_s, "
+                 "c.created, (SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
+        args: tuple = ()
+        if status:
+            query += " WHERE c.status = ?"
+            args = (status,)
+        names = ("key", "config", "status", "error", "attempts", "started", "finished", "wall_s", "created", "rows")
+        out = []
+        for rec in self._db.execute(query + " ORDER BY c.created, c.key", args):
+            cell = dict(zip(names, rec, strict=True))
+            cell["config"] = json.loads(cell["config"])
+            out.append(cell)
+        return out
+
+    def rows(self, kind: str = "episode", keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The tidy rows of `kind` of every done cell (or of `keys`), each with its cell's config columns."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        query = ("SELECT r.cell, c.config, r.data FROM rows r JOIN cells c ON c.key = r.cell "
+                 "WHERE r.kind = ? AND c.status = 'done'")
+        args: list = [kind]
+        if keys is not None:
+            keys = list(keys)
+            query += f" AND r.cell IN ({','.join('?' * len(keys))})"
+            args += keys
+        out = []
+        configs: dict[str, dict] = {}
+        for cell, config, data in self._db.execute(query + " ORDER BY r.id", args):
+            if cell not in configs:
+                parsed = json.loads(config)
+                configs[cell] = {c: parsed[c] for c in ROW_CONFIG_COLUMNS if c in parsed}
+            out.append({**configs[cell], "cell": cell, **json.loads(data)})
+        return out
+
+    def frame(self, kind: str = "episode"):
+        """`rows(kind)` as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(kind))

@@ -1,0 +1,65 @@
+"""Cells: the unit a sweep runs, records and skips; one (model, spec, task, horizon) each.
+
+A cell's `config()` is everything that determines its result (model reference, canonical spec,
+kind and task, horizon, seeds, knobs, qdrift version), and its `key` is the content hash of that
+configuration, so a finished cell is recognised on a rerun and any change makes a new cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qdrift.store import cell_key
+from qdrift.sweep.file import BASELINE, AgentTask, ShortFormTask, Sweep
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    spec: str  # "baseline" or a canonical spec string
+    task: AgentTask | ShortFormTask
+    horizon: int | None = None  # agent cells only
+    version: str | None = None  # qdrift version; None means the running one
+
+    def config(self) -> dict[str, Any]:
+        import qdrift
+        from qdrift.spec import QuantSpec
+
+        t = self.task
+        config: dict[str, Any] = {
+            "model": self.model,
+            "config": self.spec,
+            "spec": self.spec,
+            "spec_hash": None if self.spec == BASELINE else QuantSpec.parse(self.spec).hash,
+            "kind": t.kind,
+            "task": t.name,
+            "qdrift_version": self.version or qdrift.__version__,
+        }
+        if isinstance(t, AgentTask):
+            config.update(horizon=self.horizon, seeds=list(t.seeds), knobs=dict(t.knobs),
+                          max_new_tokens=t.max_new_tokens)
+        else:
+            config.update(runner=t.runner, limit=t.limit, options=dict(t.options))
+        return config
+
+    @property
+    def key(self) -> str:
+        return cell_key(self.config())
+
+    @property
+    def label(self) -> str:
+        """Short text for progress lines: model, spec, task and horizon."""
+        h = f" L={self.horizon}" if self.horizon is not None else ""
+        return f"{self.model} {self.spec} {self.task.name}{h}"
+
+
+def expand(sweep: Sweep) -> list[Cell]:
+    """Every cell of the grid, grouped by model then spec (so each variant is quantized once)."""
+    cells = []
+    for model in sweep.models:
+        for spec in sweep.specs:
+            for task in sweep.tasks:
+                horizons = task.horizons if isinstance(task, AgentTask) else (None,)
+                cells += [Cell(model, spec, task, h) for h in horizons]
+    return cells

@@ -1,0 +1,138 @@
+"""Run a sweep's cells and record each one in the store as soon as it finishes.
+
+The executor interface is one call, `submit(cells, on_start) -> iterator of CellResult`, in any
+order: the in-process `LocalExecutor` runs cells one after another; a distributed executor (Ray)
+can implement the same call. Only the driver (`run_sweep`) writes to the store, one transaction per
+finished cell, so whichever executor runs the cells, a crash loses at most the cells in flight.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from qdrift.store import Store
+from qdrift.sweep.cells import Cell, expand
+from qdrift.sweep.file import Sweep
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    rows: dict[str, list[dict]] | None  # None when the cell failed
+    error: str | None
+    started: float
+    finished: float
+
+
+class Executor(Protocol):
+    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
+        """Run `cells`; yield each one's result as it finishes (`on_start` is told when one begins)."""
+        ...
+
+
+class LocalExecutor:
+    """Cells one by one in this process, through `runner` (cell -> {row kind: rows})."""
+
+    def __init__(self, runner: Callable[[Cell], dict[str, list[dict]]], threads: int | None = None):
+        self.runner = runner
+        self.threads = threads
+
+    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        for cell in cells:
+            if on_start:
+                on_start(cell)
+            started = time.time()
+            try:
+                rows, error = self.runner(cell), None
+            except Exception as e:  # a failing cell is recorded and the sweep goes on
+                rows, error = None, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
+            yield CellResult(cell, rows, error, started, time.time())
+
+
+@dataclass
+class SweepOutcome:
+    total: int
+    skipped: int  # already done in the store
+    done: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (cell label, first line of the error)
+
+    def summary(self) -> str:
+        text = f"{self.total} cells: {self.skipped} already done, {self.done} run now, {len(self.failed)} failed"
+        return "\n".join([text, *(f"  failed: {label}: {err}" for label, err in self.failed)])
+
+
+def unique_cells(sweep: Sweep) -> list[Cell]:
+    """The sweep's cells, each distinct configuration once (two tasks may expand to the same cell)."""
+    seen, out = set(), []
+    for cell in expand(sweep):
+        if cell.key not in seen:
+            seen.add(cell.key)
+            out.append(cell)
+    return out
+
+
+def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True) -> SweepOutcome:
+    """Run every cell of `sweep` not already done in `store` (failed ones are retried)."""
+    if executor is None:
+        from qdrift.sweep.runners import CellRunner
+
+        executor = LocalExecutor(CellRunner(batch=sweep.batch), threads=sweep.threads)
+    cells = unique_cells(sweep)
+    pending = [c for c in cells if store.status(c.key) != "done"]
+    outcome = SweepOutcome(len(cells), len(cells) - len(pending))
+    bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
+    try:
+        for result in executor.submit(pending, on_start=lambda c: bar.set_postfix_str(c.label)):
+            cell = result.cell
+            if result.error is None:
+                store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished)
+                outcome.done += 1
+            else:
+                store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished)
+                outcome.failed.append((cell.label, result.error.splitlines()[0]))
+                bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
+            bar.update(1)
+    finally:
+        bar.close()
+    return outcome
+
+
+class _Lines:
+    """A plain-text stand-in for tqdm: one line per finished cell."""
+
+    def __init__(self, name: str, total: int, initial: int, enabled: bool):
+        self.name, self.total, self.n, self.enabled, self.t0 = name, total, initial, enabled, time.time()
+        self.current = ""
+
+    def set_postfix_str(self, text: str) -> None:
+        self.current = text
+
+    def update(self, k: int) -> None:
+        self.n += k
+        if self.enabled:
+            print(f"{self.name}: {self.n}/{self.total} cells ({time.time() - self.t0:.0f} s) {self.current}",
+                  file=sys.stderr, flush=True)
+
+    def write(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(name: str, total: int, initial: int, enabled: bool):
+    """tqdm (a transformers dependency) when present: cells done / total, ETA, the current cell."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _Lines(name, total, initial, enabled)
+    return tqdm(total=total, initial=initial, desc=name, unit="cell", disable=not enabled, file=sys.stderr)

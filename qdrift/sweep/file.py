@@ -1,0 +1,318 @@
+"""The sweep file: a YAML grid of models x specs x tasks, validated whole before any cell runs.
+
+    name: organism-pointer-chase        # optional; names the default store (<name>.sqlite)
+    models: [organism]                  # 'organism', 'tiny:<arch>', or a local model directory
+    specs: [baseline, w4g128-a16-kv:16] # 'baseline' is the unquantized model
+    tasks:
+      - kind: agent                     # the default kind
+        env: pointer_chase              # a built-in environment or path/to/file.py@Class
+        horizons: [1, 16, 64]
+        seeds: 20                       # a count of held-out seeds, or a list of held-out seeds
+        knobs: {distractors: 20}        # optional environment knobs
+        max_new_tokens: 32              # optional, per step
+      - kind: short_form
+        runner: lmeval                  # a registered short-form runner (qdrift.sweep.shortform)
+        task: gsm8k
+        limit: 200                      # optional
+        options: {num_fewshot: 5}       # optional, passed to the runner
+    batch: 50                           # optional, episodes in lockstep
+    threads: 2                          # optional, torch CPU threads
+
+Every problem is reported at once, each with the file, its line, the field, the value and the
+valid choices.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from qdrift.sweep.lines import LineDict, LineList, load_yaml
+
+BASELINE = "baseline"
+TOP_KEYS = ("name", "description", "models", "specs", "tasks", "batch", "threads")
+AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens")
+SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
+KINDS = ("agent", "short_form")
+
+
+@dataclass(frozen=True)
+class AgentTask:
+    env: str
+    horizons: tuple[int, ...]
+    seeds: tuple[int, ...]
+    knobs: tuple[tuple[str, int], ...] = ()
+    max_new_tokens: int = 32
+    kind: str = "agent"
+
+    @property
+    def name(self) -> str:
+        return self.env
+
+
+@dataclass(frozen=True)
+class ShortFormTask:
+    runner: str
+    task: str
+    limit: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    kind: str = "short_form"
+
+    @property
+    def name(self) -> str:
+        return self.task
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    models: tuple[str, ...]
+    specs: tuple[str, ...]  # "baseline" or canonical spec strings
+    tasks: tuple[AgentTask | ShortFormTask, ...]
+    batch: int = 50
+    threads: int | None = None
+    description: str = ""
+    source: str = field(default="<string>", compare=False)
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot run; `problems` lists every error, each naming its line."""
+
+    def __init__(self, source: str, problems: list[tuple[int, str]]):
+        self.problems = [f"{source}:{line}: {msg}" for line, msg in problems]
+        super().__init__(f"{len(problems)} problem(s) in sweep file {source}:\n  " + "\n  ".join(self.problems))
+
+
+def _hint(value, choices) -> str:
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Checker:
+    def __init__(self, source: str):
+        self.source = source
+        self.problems: list[tuple[int, str]] = []
+
+    def error(self, line: int, msg: str) -> None:
+        self.problems.append((line, msg))
+
+    def keys(self, data: LineDict, valid, where: str) -> None:
+        for k in data:
+            if k not in valid:
+                self.error(data.line_of(k), f"{where}unknown key '{k}'{_hint(k, valid)}; valid keys: {', '.join(valid)}")
+
+    def int_field(self, data: LineDict, key: str, where: str, minimum: int, default=None):
+        value = data.get(key, default)
+        if key in data and (not _is_int(value) or value < minimum):
+            self.error(data.line_of(key), f"{where}{key}: must be an integer >= {minimum}, got {value!r}")
+            return default
+        return value
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate the sweep file at `path` (SweepError listing every problem by line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sweep file not found: {path}")
+    return parse_sweep(path.read_text(encoding="utf-8"), source=str(path), default_name=path.stem)
+
+
+def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep") -> Sweep:
+    """Validate sweep YAML `text`; `source` names it in errors."""
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise SweepError(source, [((mark.line + 1) if mark else 0, f"not valid YAML: {e}")]) from None
+    if not isinstance(data, LineDict):
+        raise SweepError(source, [(1, f"a sweep file is a mapping with keys {', '.join(TOP_KEYS)}; "
+                                      f"got {type(data).__name__}")])
+    c = _Checker(source)
+    c.keys(data, TOP_KEYS, "")
+    for key in ("models", "specs", "tasks"):
+        if key not in data:
+            c.error(data.line, f"missing required key '{key}'")
+    models = _models(c, data)
+    specs = _specs(c, data)
+    tasks = _tasks(c, data)
+    batch = c.int_field(data, "batch", "", 1, 50)
+    threads = c.int_field(data, "threads", "", 1, None)
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        c.error(data.line_of("name"), f"name: must be a non-empty string, got {name!r}")
+    if c.problems:
+        raise SweepError(source, c.problems)
+    return Sweep(name, models, specs, tasks, batch, threads, str(data.get("description", "")), source)
+
+
+def _string_list(c: _Checker, data: LineDict, key: str) -> list[tuple[int, str]]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value, lines = [value], [data.line_of(key)]
+    elif isinstance(value, LineList) and value:
+        lines = value.lines
+    else:
+        c.error(data.line_of(key), f"{key}: must be a non-empty list of strings, got {value!r}")
+        return []
+    out = []
+    for v, line in zip(value, lines, strict=True):
+        if not isinstance(v, str) or not v:
+            c.error(line, f"{key}: each entry must be a non-empty string, got {v!r}")
+        else:
+            out.append((line, v))
+    return out
+
+
+def _models(c: _Checker, data: LineDict) -> tuple[str, ...]:
+    from qdrift.sweep.models import check_model_ref
+
+    out = []
+    for line, ref in _string_list(c, data, "models"):
+        problem = check_model_ref(ref)
+        if problem:
+            c.error(line, f"models: {problem}")
+        elif ref in out:
+            c.error(line, f"models: '{ref}' is listed twice")
+        else:
+            out.append(ref)
+    return tuple(out)
+
+
+def _specs(c: _Checker, data: LineDict) -> tuple[str, ...]:
+    from qdrift.spec import QuantSpec
+
+    out: list[str] = []
+    for line, text in _string_list(c, data, "specs"):
+        if text == BASELINE:
+            canon = BASELINE
+        else:
+            try:
+                canon = str(QuantSpec.parse(text))
+            except ValueError as e:
+                c.error(line, f"specs: bad spec '{text}': {e} (or '{BASELINE}' for the unquantized model)")
+                continue
+        if canon in out:
+            c.error(line, f"specs: '{text}' is listed twice (canonical form '{canon}')")
+        else:
+            out.append(canon)
+    return tuple(out)
+
+
+def _tasks(c: _Checker, data: LineDict) -> tuple:
+    tasks = data.get("tasks")
+    if tasks is None:
+        return ()
+    if not isinstance(tasks, LineList) or not tasks:
+        c.error(data.line_of("tasks"), f"tasks: must be a non-empty list of task mappings, got {tasks!r}")
+        return ()
+    out = []
+    for i, task in enumerate(tasks):
+        where = f"tasks[{i}]."
+        if not isinstance(task, LineDict):
+            c.error(tasks.line_of(i), f"tasks[{i}]: must be a mapping with 'kind' ({', '.join(KINDS)}), got {task!r}")
+            continue
+        kind = task.get("kind", "agent")
+        if kind == "agent":
+            built = _agent_task(c, task, where)
+        elif kind == "short_form":
+            built = _short_form_task(c, task, where)
+        else:
+            c.error(task.line_of("kind"), f"{where}kind: unknown kind {kind!r}{_hint(kind, KINDS)}; "
+                                          f"valid kinds: {', '.join(KINDS)}")
+            continue
+        if built is not None:
+            out.append(built)
+    return tuple(out)
+
+
+def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
+    from qdrift.envs.registry import (
+        TRAIN_SEEDS_BELOW,
+        available,
+        check_split,
+        load_environment,
+        make_environment,
+    )
+
+    c.keys(task, AGENT_KEYS, where)
+    before = len(c.problems)
+    env = task.get("env")
+    cls = None
+    if not isinstance(env, str):
+        c.error(task.line_of("env"), f"{where}env: name an environment ({', '.join(available())}) "
+                                     f"or path/to/file.py@Class, got {env!r}")
+    else:
+        try:
+            cls = load_environment(env)
+        except (ValueError, TypeError, FileNotFoundError, ImportError, SyntaxError) as e:
+            c.error(task.line_of("env"), f"{where}env: {e}")
+    horizons = task.get("horizons")
+    if _is_int(horizons):
+        horizons = [horizons]
+    if not isinstance(horizons, list) or not horizons or not all(_is_int(h) and h >= 1 for h in horizons):
+        c.error(task.line_of("horizons"), f"{where}horizons: must be a non-empty list of integers >= 1, got {horizons!r}")
+        horizons = []
+    elif len(set(horizons)) != len(horizons):
+        c.error(task.line_of("horizons"), f"{where}horizons: repeated horizon in {horizons}")
+    elif cls is not None and max(horizons) > cls.max_horizon:
+        c.error(task.line_of("horizons"), f"{where}horizons: {max(horizons)} exceeds {env}'s maximum "
+                                          f"horizon {cls.max_horizon}; valid horizons: 1..{cls.max_horizon}")
+    seeds = task.get("seeds", 20)
+    if _is_int(seeds) and seeds >= 1:
+        seeds = list(range(TRAIN_SEEDS_BELOW, TRAIN_SEEDS_BELOW + seeds))
+    elif isinstance(seeds, list) and seeds and all(_is_int(s) for s in seeds) and len(set(seeds)) == len(seeds):
+        try:
+            for s in seeds:
+                check_split(s, "eval")
+        except ValueError as e:
+            c.error(task.line_of("seeds"), f"{where}seeds: {e}")
+    else:
+        c.error(task.line_of("seeds"), f"{where}seeds: a count >= 1 of held-out seeds, or a list of distinct "
+                                       f"held-out seeds (>= {TRAIN_SEEDS_BELOW}); got {seeds!r}")
+    knobs = task.get("knobs", {})
+    if not isinstance(knobs, dict):
+        c.error(task.line_of("knobs"), f"{where}knobs: must be a mapping of knob name to integer, got {knobs!r}")
+        knobs = {}
+    max_new = c.int_field(task, "max_new_tokens", where, 1, 32)
+    if len(c.problems) > before:
+        return None
+    if cls is not None:  # the environment checks its own knobs (names, ranges) at every horizon
+        for h in horizons:
+            try:
+                make_environment(env, horizon=h, seed=seeds[0], split="eval", **knobs)
+            except (ValueError, TypeError) as e:
+                c.error(task.line_of("knobs" if knobs else "horizons"), f"{where}{e}")
+                return None
+    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new)
+
+
+def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask | None:
+    from qdrift.sweep import shortform
+
+    c.keys(task, SHORT_FORM_KEYS, where)
+    before = len(c.problems)
+    runner = task.get("runner", "lmeval")
+    try:
+        shortform.lookup(runner)
+    except shortform.RunnerUnavailable as e:
+        c.error(task.line_of("runner"), f"{where}runner: {e}")
+    name = task.get("task")
+    if not isinstance(name, str) or not name:
+        c.error(task.line_of("task"), f"{where}task: name the benchmark task (a non-empty string), got {name!r}")
+    limit = c.int_field(task, "limit", where, 1, None)
+    options = task.get("options", {})
+    if not isinstance(options, dict):
+        c.error(task.line_of("options"), f"{where}options: must be a mapping, got {options!r}")
+    if len(c.problems) > before:
+        return None
+    return ShortFormTask(runner, name, limit, tuple(sorted(options.items())))

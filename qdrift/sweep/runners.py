@@ -1,0 +1,55 @@
+"""Run one cell in this process: the model quantized by the cell's spec, then its task.
+
+Agent cells run the ordinary episode runner (`run_episodes` with `HFPolicy`: greedy, the KV cache
+reused across steps, `batch` episodes in lockstep) on the cell's held-out seeds; short-form cells
+call the runner registered under the task's name (`qdrift.sweep.shortform`).
+"""
+
+from __future__ import annotations
+
+from qdrift.sweep.cells import Cell
+from qdrift.sweep.file import AgentTask
+from qdrift.sweep.models import ModelCache
+
+
+class CellRunner:
+    """Callable cell -> {row kind: rows}, holding the model cache across cells."""
+
+    def __init__(self, models: ModelCache | None = None, batch: int = 50):
+        self.models = models or ModelCache()
+        self.batch = batch
+
+    def __call__(self, cell: Cell) -> dict[str, list[dict]]:
+        model, tokenizer = self.models.get(cell.model, cell.spec)
+        if isinstance(cell.task, AgentTask):
+            return run_agent_cell(model, tokenizer, cell, self.batch)
+        return run_short_form_cell(model, tokenizer, cell)
+
+
+def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50) -> dict[str, list[dict]]:
+    """Episodes of the cell's environment at its horizon, one per seed: episode and step rows."""
+    from qdrift.backends.hf import HFPolicy
+    from qdrift.envs.prompting import tool_prompt_for
+    from qdrift.envs.registry import make_environment
+    from qdrift.envs.runner import run_episodes
+
+    task: AgentTask = cell.task
+    prompt = tool_prompt_for(tokenizer)
+    episodes, steps = [], []
+    seeds = list(task.seeds)
+    for start in range(0, len(seeds), batch):
+        envs = [make_environment(task.env, horizon=cell.horizon, seed=s, split="eval", **dict(task.knobs))
+                for s in seeds[start:start + batch]]
+        policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens)
+        e, s = run_episodes(policy, envs, first_id=start)
+        episodes += [r.row() for r in e]
+        steps += [r.row() for r in s]
+    return {"episode": episodes, "step": steps}
+
+
+def run_short_form_cell(model, tokenizer, cell: Cell) -> dict[str, list[dict]]:
+    """The registered short-form runner's per-item rows, checked for `item` and `correct`."""
+    from qdrift.sweep import shortform
+
+    runner = shortform.lookup(cell.task.runner)
+    return {"item": shortform.check_items(cell.task.runner, runner(model, tokenizer, cell.task))}

@@ -1,0 +1,120 @@
+"""Running a sweep: done cells are skipped, a failing cell is recorded and the sweep goes on, a rerun retries it."""
+
+from dataclasses import replace
+
+import pytest
+
+from qdrift.store import Store
+from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, shortform, unique_cells
+from qdrift.sweep.runners import CellRunner
+
+TEXT = """\
+name: t
+models: [tiny:llama]
+specs: [baseline, w8-a16-kv:16]
+tasks:
+  - env: ledger
+    horizons: [1, 2]
+    seeds: 2
+"""
+
+
+class CountingRunner:
+    """Stands in for the model: fake episode rows, and a failure for the cells named in `fail`."""
+
+    def __init__(self, fail=()):
+        self.calls: list[str] = []
+        self.fail = set(fail)
+
+    def __call__(self, cell: Cell):
+        self.calls.append(cell.label)
+        if cell.label in self.fail:
+            raise RuntimeError(f"boom in {cell.label}")
+        eps = [{"episode": i, "env": "ledger", "horizon": cell.horizon, "seed": s, "trial": 0, "success": True,
+                "steps": cell.horizon, "first_error_step": None} for i, s in enumerate(cell.task.seeds)]
+        return {"episode": eps, "step": []}
+
+
+def run(store, runner):
+    return run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False)
+
+
+def test_a_rerun_skips_every_done_cell(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        first, second = CountingRunner(), CountingRunner()
+        assert run(store, first).done == 4 and len(first.calls) == 4
+        outcome = run(store, second)
+        assert second.calls == [] and outcome.skipped == 4 and outcome.done == 0
+        assert len(store.rows("episode")) == 8
+
+
+def test_a_failing_cell_is_recorded_the_sweep_goes_on_and_a_rerun_retries_only_it(tmp_path):
+    bad = "tiny:llama w8-a16-kv:16 ledger L=1"
+    with Store(tmp_path / "r.sqlite") as store:
+        runner = CountingRunner(fail={bad})
+        outcome = run(store, runner)
+        assert len(runner.calls) == 4 and outcome.done == 3
+        assert outcome.failed == [(bad, f"RuntimeError: boom in {bad}")]
+        (failed,) = store.cells("failed")
+        assert failed["config"]["horizon"] == 1 and "Traceback" in failed["error"]
+        retry = CountingRunner()
+        assert run(store, retry).done == 1 and retry.calls == [bad]
+        assert [c["status"] for c in store.cells()] == ["done"] * 4
+        assert {c["attempts"] for c in store.cells()} == {1, 2}
+
+
+def test_cells_expand_model_by_spec_by_horizon_with_distinct_keys_that_follow_the_config():
+    cells = unique_cells(parse_sweep(TEXT))
+    assert [c.label for c in cells] == ["tiny:llama baseline ledger L=1", "tiny:llama baseline ledger L=2",
+                                        "tiny:llama w8-a16-kv:16 ledger L=1", "tiny:llama w8-a16-kv:16 ledger L=2"]
+    assert len({c.key for c in cells}) == 4
+    cell = cells[2]
+    assert cell.config()["spec_hash"] and cell.key == unique_cells(parse_sweep(TEXT))[2].key
+    assert replace(cell, version="9.9").key != cell.key
+    more_seeds = unique_cells(parse_sweep(TEXT.replace("seeds: 2", "seeds: 3")))[2]
+    assert more_seeds.key != cell.key
+    knobs = unique_cells(parse_sweep(TEXT.replace("seeds: 2", "seeds: 2\n    knobs: {slack: 1}")))[2]
+    assert knobs.key != cell.key
+    batch = unique_cells(parse_sweep(TEXT + "batch: 7\n"))[2]
+    assert batch.key == cell.key  # how episodes are batched does not change what a cell measures
+
+
+def test_short_form_cells_go_to_the_registered_runner_and_need_item_and_correct(tmp_path):
+    seen = []
+
+    def runner(model, tokenizer, task):
+        seen.append((task.task, task.limit, dict(task.options)))
+        return [{"item": i, "correct": i % 2 == 0} for i in range(4)]
+
+    shortform.register("fake", runner)
+    try:
+        text = TEXT.replace("  - env: ledger\n    horizons: [1, 2]\n    seeds: 2\n",
+                            "  - kind: short_form\n    runner: fake\n    task: arith\n    limit: 4\n"
+                            "    options: {shots: 0}\n")
+        with Store(tmp_path / "r.sqlite") as store:
+            outcome = run_sweep(parse_sweep(text), store, progress=False)
+            assert outcome.done == 2 and seen == [("arith", 4, {"shots": 0})] * 2
+            items = store.rows("item")
+            assert len(items) == 8 and {r["config"] for r in items} == {"baseline", "w8-a16-kv:16"}
+        with pytest.raises(ValueError, match=r"lacks field\(s\) \['correct'\]"):
+            shortform.check_items("fake", [{"item": 1}])
+    finally:
+        shortform.unregister("fake")
+
+
+def test_unknown_short_form_runner_error_lists_the_available_ones():
+    with pytest.raises(shortform.RunnerUnavailable, match="Unknown short-form runner 'lmevl'. Did you mean 'lmeval'"):
+        shortform.lookup("lmevl")
+
+
+def test_agent_cells_run_real_episodes_on_a_quantized_tiny_model():
+    sweep = parse_sweep(TEXT.replace("seeds: 2", "seeds: 2\n    max_new_tokens: 4").replace("[1, 2]", "[1]"))
+    runner = CellRunner(batch=2)
+    base, variant = unique_cells(sweep)
+    rows = runner(variant)
+    assert [r["seed"] for r in rows["episode"]] == [1_000_000, 1_000_001]
+    assert len(rows["step"]) == sum(r["steps"] for r in rows["episode"])
+    model, _ = runner.models.get("tiny:llama", "w8-a16-kv:16")
+    base_model, _ = runner.models.get("tiny:llama", "baseline")
+    assert model is not base_model and runner.models.get("tiny:llama", "w8-a16-kv:16")[0] is model
+    assert type(base_model.model.layers[0].mlp.down_proj).__name__ == "Linear"  # the base stays unquantized

@@ -1,0 +1,76 @@
+"""Sweep files: validated whole before any cell runs; every error names its line and the valid choices."""
+
+import pytest
+
+from qdrift.sweep import SweepError, default_sweep_path, load_sweep, parse_sweep, resolve_sweep_file
+
+GOOD = """\
+name: t
+models: [tiny:llama]
+specs:
+  - baseline
+  - w8-a16-kv:16
+tasks:
+  - kind: agent
+    env: ledger
+    horizons: [1, 2]
+    seeds: 2
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(SweepError) as info:
+        parse_sweep(text, source="s.yaml")
+    return info.value.problems
+
+
+def test_a_good_file_parses_to_canonical_specs_and_held_out_seeds():
+    sweep = parse_sweep(GOOD.replace("w8-a16-kv:16", "w8c-a16-kv:16"))
+    assert sweep.specs == ("baseline", "w8-a16-kv:16")
+    assert sweep.tasks[0].seeds == (1_000_000, 1_000_001) and sweep.tasks[0].horizons == (1, 2)
+
+
+@pytest.mark.parametrize("old, new, line, message", [
+    ("name: t", "nmae: t", 1, "unknown key 'nmae' (did you mean 'name'?); valid keys: name, description, models"),
+    ("models: [tiny:llama]", "models: [/no/such/model]", 2, "models: model '/no/such/model' is not 'organism'"),
+    ("models: [tiny:llama]", "models: [tiny:lama]", 2, "unknown tiny architecture 'lama'"),
+    ("  - w8-a16-kv:16", "  - w99-a16-kv:16", 5, "specs: bad spec 'w99-a16-kv:16'"),
+    ("    env: ledger", "    env: ledgr", 8, "Unknown environment 'ledgr'. Did you mean 'ledger'? Available:"),
+    ("    horizons: [1, 2]", "    horizons: [0, 2]", 9, "horizons: must be a non-empty list of integers >= 1"),
+    ("    horizons: [1, 2]", "    horizons: [1, 100000]", 9, "maximum horizon"),
+    ("    seeds: 2", "    seeds: [3, 4]", 10, "seeds: seed 3 is a training seed"),
+    ("    seeds: 2", "    seeds: 2\n    knobs: {nope: 1}", 11, "unknown knob 'nope' for ledger; valid knobs:"),
+    ("    seeds: 2", "    seeds: 2\n    horizon: 3", 11, "tasks[0].unknown key 'horizon' (did you mean 'horizons'?)"),
+    ("  - kind: agent", "  - kind: agnet", 7, "unknown kind 'agnet' (did you mean 'agent'?); valid kinds: agent, short_form"),
+])
+def test_each_error_names_the_line_the_value_and_the_choices(old, new, line, message):
+    assert old in GOOD
+    found = problems(GOOD.replace(old, new))
+    assert any(p.startswith(f"s.yaml:{line}: ") and message in p for p in found), found
+
+
+def test_every_problem_is_reported_at_once():
+    text = GOOD.replace("tiny:llama", "tiny:nope").replace("w8-a16-kv:16", "w99").replace("ledger", "ledgr")
+    assert [p.split(":")[1] for p in problems(text)] == ["2", "5", "8"]
+
+
+def test_missing_required_keys_and_bad_yaml_are_named():
+    assert any("missing required key 'tasks'" in p for p in problems("models: [organism]\nspecs: [baseline]\n"))
+    assert problems("models: [organism\n")[0].startswith("s.yaml:2: not valid YAML")
+    assert "duplicate key 'models'" in problems("models: [organism]\nmodels: [organism]\n")[0]
+
+
+def test_short_form_without_its_runner_names_what_is_missing():
+    text = GOOD + "  - kind: short_form\n    runner: lmeval\n    task: gsm8k\n"
+    (p,) = problems(text)
+    assert p.startswith("s.yaml:12: tasks[1].runner: short-form runner 'lmeval' is not available")
+    assert "qdrift.lmeval.sweep" in p and "register('lmeval', fn)" in p
+
+
+def test_the_shipped_default_sweep_is_found_and_valid():
+    assert resolve_sweep_file("default") == default_sweep_path()
+    sweep = load_sweep(default_sweep_path())
+    assert sweep.models == ("organism",) and sweep.specs[0] == "baseline" and len(sweep.specs) == 5
+    assert sweep.tasks[0].env == "pointer_chase" and sweep.tasks[0].horizons == (1, 16, 64)
+    with pytest.raises(FileNotFoundError, match="shipped sweep name"):
+        resolve_sweep_file("nope.yaml")

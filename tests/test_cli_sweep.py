@@ -1,0 +1,38 @@
+"""`qdrift sweep run` and `qdrift sweep status` from the command line."""
+
+import pytest
+
+from qdrift.cli import main
+
+TEXT = """\
+name: cli
+models: [tiny:llama]
+specs: [baseline]
+tasks:
+  - env: ledger
+    horizons: [1]
+    seeds: 1
+    max_new_tokens: 4
+"""
+
+
+def test_run_then_status_shows_every_cell_done_and_a_rerun_skips_it(tmp_path, capsys):
+    sweep, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep.write_text(TEXT)
+    assert main(["sweep", "status", str(sweep), "--store", str(store)]) == 0
+    assert "cli: 1 cells, 0 done, 0 failed, 1 pending" in capsys.readouterr().out
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"]) == 0
+    assert "1 cells: 0 already done, 1 run now, 0 failed" in capsys.readouterr().out
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"]) == 0
+    assert "1 already done, 0 run now" in capsys.readouterr().out
+    main(["sweep", "status", str(sweep), "--store", str(store)])
+    text = capsys.readouterr().out
+    assert "    done  " in text and "tiny:llama baseline ledger L=1" in text and "1 done, 0 failed, 0 pending" in text
+
+
+def test_run_refuses_a_bad_file_before_any_cell_with_the_line(tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(TEXT.replace("specs: [baseline]", "specs: [baseline, w3x]"))
+    with pytest.raises(SystemExit, match=r"s.yaml:3: specs: bad spec 'w3x'"):
+        main(["sweep", "run", str(sweep), "--store", str(tmp_path / "s.sqlite")])
+    assert not (tmp_path / "s.sqlite").exists()

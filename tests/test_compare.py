@@ -1,0 +1,66 @@
+"""`qdrift compare`: a markdown report of every variant vs the baseline from a store, with PNG plots."""
+
+import random
+
+import pytest
+
+from qdrift.cli import main
+from qdrift.store import Store, cell_key
+
+
+def fill(store: Store, configs=("baseline", "w4g128-a16-kv:16"), horizons=(1, 4), seeds=12) -> None:
+    rng = random.Random(0)
+    for config in configs:
+        p_err = 0.05 if config == "baseline" else 0.2
+        for h in horizons:
+            cfg = {"model": "organism", "config": config, "spec": config, "kind": "agent", "task": "pointer_chase",
+                   "horizon": h, "seeds": seeds}
+            episodes, steps = [], []
+            for i in range(seeds):
+                errors = [rng.random() < p_err for _ in range(h)]
+                first = errors.index(True) if any(errors) else None
+                episodes.append({"episode": i, "env": "pointer_chase", "horizon": h, "seed": 1_000_000 + i, "trial": 0,
+                                 "success": first is None, "steps": h, "first_error_step": first})
+                steps += [{"episode": i, "step": k, "horizon": h, "correct": not e} for k, e in enumerate(errors)]
+            store.record_done(cell_key(cfg), cfg, {"episode": episodes, "step": steps}, 0.0, 1.0)
+
+
+def test_compare_writes_every_analysis_and_the_plots(tmp_path, capsys):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store)
+    out = tmp_path / "rep" / "report.md"
+    assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--baseline", "baseline", "--out", str(out)]) == 0
+    text = out.read_text()
+    for heading in ("## organism on pointer_chase", "| `w4g128-a16-kv:16` | 4 | 12 |", "### Success by horizon",
+                    "### Per-step error rate vs baseline", "`w4g128-a16-kv:16` vs `baseline`: paired comparison",
+                    "`w4g128-a16-kv:16` vs `baseline`: compounding", "Paired comparison: w4g128-a16-kv:16 vs baseline"):
+        assert heading in text
+    pngs = sorted(p.name for p in out.parent.glob("*.png"))
+    assert pngs == ["report-organism-pointer_chase-first-error.png", "report-organism-pointer_chase-success.png"]
+    assert all(f"({name})" in text for name in pngs)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_compare_says_why_an_analysis_is_missing_instead_of_failing(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store, configs=("w8-a16-kv:16",), horizons=(1,))
+    main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "r.md")])
+    text = (tmp_path / "r.md").read_text()
+    assert "No baseline: no rows with config 'baseline' (configs here: w8-a16-kv:16)" in text
+
+
+def test_compare_pairs_short_form_items_by_item_id(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        for config, wrong in (("baseline", {3}), ("w4g128-a16-kv:16", {3, 5, 7})):
+            cfg = {"model": "organism", "config": config, "spec": config, "kind": "short_form", "task": "arith"}
+            items = [{"item": i, "correct": i not in wrong} for i in range(10)]
+            store.record_done(cell_key(cfg), cfg, {"item": items}, 0.0, 1.0)
+    main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "r.md")])
+    text = (tmp_path / "r.md").read_text()
+    assert "## organism on arith (short form)" in text and "| `w4g128-a16-kv:16` | 10 | 0.7000 |" in text
+    assert "Paired comparison: w4g128-a16-kv:16 vs baseline" in text and "n: items=10" in text
+
+
+def test_compare_without_a_store_names_the_command_that_makes_one(tmp_path):
+    with pytest.raises(SystemExit, match="run `qdrift sweep run FILE --store"):
+        main(["compare", "--store", str(tmp_path / "none.sqlite")])

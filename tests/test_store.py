@@ -1,0 +1,93 @@
+"""The results store: round trip to tidy rows, content-hash keys, one transaction per cell."""
+
+import sqlite3
+
+import pytest
+
+from qdrift import stats
+from qdrift.store import SCHEMA_VERSION, Store, cell_key
+
+CONFIG = {"model": "organism", "config": "w8-a16-kv:16", "spec": "w8-a16-kv:16", "spec_hash": "abc",
+          "kind": "agent", "task": "pointer_chase", "horizon": 2, "seeds": [1_000_000, 1_000_001], "knobs": {},
+          "qdrift_version": "0.1.0"}
+
+
+def episode(seed, success, config="w8-a16-kv:16"):
+    return {"episode": seed, "env": "pointer_chase", "horizon": 2, "seed": seed, "trial": 0, "success": success,
+            "steps": 3, "first_error_step": None if success else 1, "stop_reason": "done"}
+
+
+def test_round_trip_returns_tidy_rows_with_config_columns_that_stats_takes(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        for spec, ok in (("baseline", True), ("w8-a16-kv:16", False)):
+            config = {**CONFIG, "config": spec, "spec": spec}
+            store.record_done(cell_key(config), config,
+                              {"episode": [episode(s, ok) for s in (1_000_000, 1_000_001)],
+                               "step": [{"step": 0, "correct": ok}]}, started=1.0, finished=2.5)
+        rows = store.rows("episode")
+        assert len(rows) == 4 and len(store.rows("step")) == 2
+        assert {r["config"] for r in rows} == {"baseline", "w8-a16-kv:16"}
+        assert rows[0]["model"] == "organism" and rows[0]["task"] == "pointer_chase" and "cell" in rows[0]
+        assert rows[0]["first_error_step"] is None and rows[0]["seed"] == 1_000_000
+        result = stats.success_by_horizon(rows, "config")
+        assert result.row(config="baseline", horizon=2)["rate"] == 1.0
+        assert list(store.frame("episode")["config"]) == [r["config"] for r in rows]
+        cell = store.cells()[0]
+        assert cell["status"] == "done" and cell["wall_s"] == 1.5 and cell["rows"] == 3 and cell["config"]["horizon"] == 2
+        assert store.schema_version == SCHEMA_VERSION
+
+
+def test_store_uses_wal_and_refuses_another_schema_version(tmp_path):
+    path = tmp_path / "r.sqlite"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.execute("UPDATE meta SET value = '99' WHERE name = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(ValueError, match="schema_version 99"):
+        Store(path)
+
+
+def test_failed_cell_keeps_its_error_and_no_rows_and_a_later_success_replaces_it(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        key = cell_key(CONFIG)
+        store.record_failed(key, CONFIG, "RuntimeError: boom", 1.0, 2.0)
+        assert store.status(key) == "failed" and store.rows("episode") == []
+        assert store.cells("failed")[0]["error"] == "RuntimeError: boom"
+        store.record_done(key, CONFIG, {"episode": [episode(1_000_000, True)]}, 3.0, 4.0)
+        (cell,) = store.cells()
+        assert cell["status"] == "done" and cell["error"] is None and cell["attempts"] == 2
+        assert len(store.rows("episode")) == 1
+
+
+def test_a_write_that_fails_midway_leaves_neither_rows_nor_a_done_cell(tmp_path):
+    class Unserialisable:
+        def __str__(self):
+            raise RuntimeError("cannot serialise")
+
+    with Store(tmp_path / "r.sqlite") as store:
+        key = cell_key(CONFIG)
+        bad = {"episode": [episode(1_000_000, True), {"x": Unserialisable()}]}
+        with pytest.raises(RuntimeError):  # fails after the cell and the first row were written
+            store.record_done(key, CONFIG, bad, 1.0, 2.0)
+        assert store.status(key) is None and store.cells() == []
+        store.record_failed(key, CONFIG, "RuntimeError: earlier", 1.0, 2.0)
+        with pytest.raises(RuntimeError):
+            store.record_done(key, CONFIG, bad, 3.0, 4.0)
+        assert store.status(key) == "failed" and store.rows("episode") == []
+        assert store._db.execute("SELECT COUNT(*) FROM rows").fetchone()[0] == 0
+        with pytest.raises(ValueError, match="row kind 'episodes'"):
+            store.record_done(key, CONFIG, {"episodes": []}, 1.0, 2.0)
+
+
+@pytest.mark.parametrize("field, value", [("spec", "w4g128-a16-kv:16"), ("horizon", 3), ("seeds", [1_000_000]),
+                                          ("qdrift_version", "0.2.0"), ("knobs", {"distractors": 5}),
+                                          ("model", "tiny:llama"), ("task", "ledger")])
+def test_cell_key_changes_with_any_config_field(field, value):
+    assert cell_key({**CONFIG, field: value}) != cell_key(CONFIG)
+
+
+def test_cell_key_is_stable_under_key_order_and_copies():
+    assert cell_key(dict(reversed(list(CONFIG.items())))) == cell_key(dict(CONFIG)) == cell_key(CONFIG)
+    assert len(cell_key(CONFIG)) == 16

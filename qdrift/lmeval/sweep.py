@@ -1,0 +1,23 @@
+"""The `lmeval` short-form runner for sweeps: one lm-eval task on the cell's (quantized) model.
+
+Registered with `qdrift.sweep.shortform` on import, which the sweep does the first time a sweep
+file names `runner: lmeval`. The sweep has already quantized the model, so the spec is read from
+the model itself (`spec=None`); the task's `options` go to `run_cell` (num_fewshot, gen_kwargs, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qdrift.sweep.shortform import register
+
+
+def run_lmeval_task(model: Any, tokenizer: Any, task: Any) -> list[dict]:
+    """Tidy per-item rows, each with `item` ("task/filter/doc_id") and `correct` added for pairing."""
+    from qdrift.lmeval.run import run_cell
+
+    rows = run_cell(model, tokenizer, task.task, None, limit=task.limit, **dict(task.options))
+    return [{**r, "item": f"{r['task']}/{r['filter']}/{r['doc_id']}", "correct": r["correct"]} for r in rows]
+
+
+register("lmeval", run_lmeval_task)

@@ -8,7 +8,13 @@ horizon sampled grows from 8 to `--max-horizon` over the first half of the steps
 batches draw horizons from 1 to the maximum, so contexts as long as the longest evaluated episode
 are in the training distribution. Each batch holds about `--batch-tokens` tokens of episodes of one
 horizon (five environments mixed), right-padded; the loss is on the generated call tokens only.
-The learning rate warms up linearly, then follows a cosine to 10%.
+The learning rate warms up linearly, then follows a cosine to 10%. `--decision-weight` scales the
+loss of each call's tool-name token (continue or stop); `--init` continues from saved weights.
+The shipped weights come from two stages (see weights/MODEL_CARD.md):
+
+    python -m qdrift.organism.train --out S1 --steps 1300 --batch-tokens 8000 --eval-every 250   # keep step 1000
+    python -m qdrift.organism.train --init S1 --out S2 --steps 600 --lr 7e-4 --warmup 30 \
+        --decision-weight 10 --batch-tokens 8000 --eval-every 50 --eval-horizons 16 64
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
@@ -46,6 +52,29 @@ def model_config(tokenizer, max_positions: int = 8192):
     )
 
 
+def numeric_embedding_init(model, tokenizer, dims: int) -> None:
+    """Write sinusoidal features of each integer token's value into the first `dims` embedding columns.
+
+    Why: stopping needs `i == L` on the `i/L` counter and list indexing needs item `i + 1`; with
+    value features (as in sinusoidal position encodings) both are linear maps of the embedding
+    that one attention head can learn, where random embeddings make every number a separate fact.
+    Periods run geometrically from 2.5 to 2,000; the rest of each row keeps its random init.
+    """
+    if dims <= 0:
+        return
+    if dims % 2:
+        raise ValueError(f"--numeric-dims must be even (sine and cosine pairs), got {dims}")
+    emb = model.get_input_embeddings().weight
+    values = torch.arange(-999, 1000, dtype=torch.float64)
+    ids = torch.tensor(tokenizer.convert_tokens_to_ids([str(int(v)) for v in values]))
+    half = dims // 2
+    periods = 2.5 * (2000 / 2.5) ** (torch.arange(half, dtype=torch.float64) / max(1, half - 1))
+    angle = 2 * math.pi * values[:, None] / periods[None, :]
+    feats = torch.cat([angle.sin(), angle.cos()], 1) * (model.config.initializer_range * math.sqrt(2))
+    with torch.no_grad():
+        emb[ids, :dims] = feats.to(emb.dtype)
+
+
 def sample_horizon(rng: random.Random, progress: float, max_horizon: int) -> int:
     top = max_horizon if progress >= RAMP else max(8, round(8 + (max_horizon - 8) * progress / RAMP))
     if rng.random() < 0.5:
@@ -53,7 +82,15 @@ def sample_horizon(rng: random.Random, progress: float, max_horizon: int) -> int
     return rng.randint(1, top)
 
 
-def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, envs=TRAINED):
+def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, envs=TRAINED,
+               decision_weight: float = 1.0):
+    """(ids, per-token loss weights): right-padded episodes of one horizon, weight 0 off the targets.
+
+    The token after each call's `{"name": "` opening is the call's decision (continue or stop);
+    it gets `decision_weight`. Why: the stopping call comes once per episode against L copy
+    targets, so unweighted it is a vanishing share of the loss and was not learned beyond L = 2.
+    """
+    opening = tokenizer.convert_tokens_to_ids('<tool_call>\n{"name": "')
     seqs = []
     total = 0
     while True:
@@ -65,11 +102,14 @@ def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, e
             break
     width = max(len(s.ids) for s in seqs)
     ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
-    tgt = torch.zeros((len(seqs), width), dtype=torch.bool)
+    weight = torch.zeros((len(seqs), width))
     for i, s in enumerate(seqs):
         ids[i, : len(s.ids)] = torch.tensor(s.ids)
-        tgt[i, : len(s.ids)] = torch.tensor(s.targets)
-    return ids, tgt
+        weight[i, : len(s.ids)] = torch.tensor(s.targets, dtype=torch.float)
+    decision = torch.zeros_like(weight, dtype=torch.bool)
+    decision[:, 1:] = ids[:, :-1] == opening
+    weight[decision & (weight > 0)] = decision_weight
+    return ids, weight
 
 
 def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, length: int = 20):
@@ -82,23 +122,26 @@ def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, le
     """
     x = torch.randint(first, vocab, (batch, length), generator=gen)
     ids = torch.cat([x, torch.full((batch, 1), first - 1), x], 1)
-    tgt = torch.zeros_like(ids, dtype=torch.bool)
-    tgt[:, length + 1:] = True
-    return ids, tgt
+    weight = torch.zeros(ids.shape)
+    weight[:, length + 1:] = 1.0
+    return ids, weight
 
 
-def target_logits(model, ids: torch.Tensor, tgt: torch.Tensor):
-    """Logits at the positions that predict a target token, and those tokens (right padding needs no mask)."""
+def target_logits(model, ids: torch.Tensor, weight: torch.Tensor):
+    """Logits at the positions that predict a target token, those tokens and their loss weights.
+
+    Right padding needs no attention mask: padding only follows the tokens that carry a loss.
+    """
     hidden = model.model(input_ids=ids).last_hidden_state
-    select = tgt[:, 1:]
-    return model.lm_head(hidden[:, :-1][select]), ids[:, 1:][select]
+    select = weight[:, 1:] > 0
+    return model.lm_head(hidden[:, :-1][select]), ids[:, 1:][select], weight[:, 1:][select]
 
 
-def train_step(model, opt, ids: torch.Tensor, tgt: torch.Tensor):
-    """One AdamW step on the target tokens (bf16 autocast, gradient norm clipped to 1); (loss, labels)."""
+def train_step(model, opt, ids: torch.Tensor, weight: torch.Tensor):
+    """One AdamW step on the weighted target tokens (bf16 autocast, gradient norm clipped to 1); (loss, labels)."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits, labels = target_logits(model, ids, tgt)
-        loss = F.cross_entropy(logits.float(), labels)
+        logits, labels, w = target_logits(model, ids, weight)
+        loss = (F.cross_entropy(logits.float(), labels, reduction="none") * w).sum() / w.sum()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -154,6 +197,11 @@ def main(argv=None):
     ap.add_argument("--envs", nargs="+", default=list(TRAINED))
     ap.add_argument("--init", type=Path, default=None, help="continue from saved weights (skips the copy warmup)")
     ap.add_argument("--copy-warmup", type=int, default=300, help="steps of the dense copy task before the trajectories")
+    ap.add_argument("--numeric-dims", type=int, default=0,
+                    help="embedding columns holding integer tokens' value features (from scratch only; 0: none)")
+    ap.add_argument("--decision-weight", type=float, default=1.0,
+                    help="loss weight of each call's tool-name token (the shipped weights' second stage used 10)")
+    ap.add_argument("--eval-horizons", nargs="+", type=int, default=[16, 200])
     args = ap.parse_args(argv)
 
     from transformers import LlamaForCausalLM
@@ -167,6 +215,7 @@ def main(argv=None):
         args.copy_warmup = 0
     else:
         model = LlamaForCausalLM._from_config(model_config(tokenizer), attn_implementation="sdpa")
+        numeric_embedding_init(model, tokenizer, args.numeric_dims)
     n_params = sum(p.numel() for p in model.parameters())
     # No weight decay on the (tied) embedding: copying a value is an identity map through it,
     # and decay pulls it towards the low-rank "nearby number" solution seen in early training.
@@ -191,8 +240,8 @@ def main(argv=None):
     for step in range(1, args.copy_warmup + 1):
         for group in opt.param_groups:
             group["lr"] = 1e-3 * min(1.0, step / 30)
-        ids, tgt = copy_batch(gen, len(tokenizer), first_value)
-        loss, _ = train_step(model, opt, ids, tgt)
+        ids, weight = copy_batch(gen, len(tokenizer), first_value)
+        loss, _ = train_step(model, opt, ids, weight)
         if step % 50 == 0:
             emit({"copy_step": step, "loss": round(float(loss), 5), "min": round((time.time() - t0) / 60, 2)})
     tokens = targets = 0
@@ -201,7 +250,7 @@ def main(argv=None):
     for step in range(1, args.steps + 1):
         progress = step / args.steps
         horizon = sample_horizon(rng, progress, args.max_horizon)
-        ids, tgt = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs)
+        ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight)
         if step <= args.warmup:
             lr = args.lr * step / args.warmup
         else:
@@ -209,7 +258,7 @@ def main(argv=None):
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * q)))
         for group in opt.param_groups:
             group["lr"] = lr
-        loss, labels = train_step(model, opt, ids, tgt)
+        loss, labels = train_step(model, opt, ids, weight)
         tokens += ids.numel()
         targets += labels.numel()
         loss_acc += float(loss)
@@ -220,7 +269,7 @@ def main(argv=None):
                   "batch": list(ids.shape), "tokens": tokens, "tok_per_s": round(tokens / elapsed), "min": round(elapsed / 60, 2)})
             loss_acc, loss_n = 0.0, 0
         if step % args.eval_every == 0 or step == args.steps:
-            emit({"step": step, "heldout_call_acc": heldout_eval(model, tokenizer, args.envs), "min": round((time.time() - t0) / 60, 2)})
+            emit({"step": step, "heldout_call_acc": heldout_eval(model, tokenizer, args.envs, args.eval_horizons), "min": round((time.time() - t0) / 60, 2)})
             save(model, tokenizer, args.out)
     emit({"event": "done", "min": round((time.time() - t0) / 60, 2), "tokens": tokens, "target_tokens": targets})
     log.close()

@@ -60,11 +60,19 @@ def test_missing_required_keys_and_bad_yaml_are_named():
     assert "duplicate key 'models'" in problems("models: [organism]\nmodels: [organism]\n")[0]
 
 
-def test_short_form_without_its_runner_names_what_is_missing():
-    text = GOOD + "  - kind: short_form\n    runner: lmeval\n    task: gsm8k\n"
+def test_short_form_with_the_lmeval_runner_validates():
+    sweep = parse_sweep(GOOD + "  - kind: short_form\n    runner: lmeval\n    task: gsm8k\n", source="s.yaml")
+    assert sweep.tasks[1].runner == "lmeval"
+
+
+def test_short_form_without_its_runner_names_what_is_missing(monkeypatch):
+    from qdrift.sweep import shortform
+
+    monkeypatch.setitem(shortform.PROVIDERS, "elsewhere", "qdrift.no_such_module")
+    text = GOOD + "  - kind: short_form\n    runner: elsewhere\n    task: gsm8k\n"
     (p,) = problems(text)
-    assert p.startswith("s.yaml:12: tasks[1].runner: short-form runner 'lmeval' is not available")
-    assert "qdrift.lmeval.sweep" in p and "register('lmeval', fn)" in p
+    assert p.startswith("s.yaml:12: tasks[1].runner: short-form runner 'elsewhere' is not available")
+    assert "qdrift.no_such_module" in p and "register('elsewhere', fn)" in p
 
 
 def test_the_shipped_default_sweep_is_found_and_valid():

@@ -4,9 +4,12 @@
      forward tokens ratio (target >= 5x) and wall-time ratio (target >= 3x);
   2. episodes per second at batch 8 vs batch 1 (target >= 2.5x).
 
-The policy is a tiny random Llama with the tiny byte-level tokenizer, so its calls are garbage
-and every step is an (invalid) scored step: the point is the runner's cost, not the model.
-`python bench/episodes.py`
+`--model organism` (the default) runs the shipped organism: whole-value tokens, so contexts are
+short and its calls are real calls that end at its end-of-turn token. `--model tiny` runs a tiny
+random Llama with a byte-level tokenizer instead: its calls are garbage, every step is an
+(invalid) scored step and each turn runs to `--max-new-tokens`, over byte-level contexts about ten
+times longer. Either way the point is the runner's cost, not the model's accuracy.
+`python bench/episodes.py [--model tiny]`
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from qdrift.backends.session import BatchSession
 from qdrift.envs.prompting import tool_prompt_for
 from qdrift.envs.registry import make_environment
 from qdrift.envs.runner import run_episodes
+from qdrift.organism import load_organism
 from qdrift.tiny import tiny_model, tiny_tokenizer
 
 
@@ -51,6 +55,7 @@ def timed_run(policy, episodes):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="organism", choices=["organism", "tiny"])
     p.add_argument("--env", default="ledger")
     p.add_argument("--horizon", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=16)
@@ -60,9 +65,14 @@ def main() -> None:
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
                    help="attention kernel; eager attention's cost grows with batch x context and hides batching")
     args = p.parse_args()
-    model, tok = tiny_model("llama"), tiny_tokenizer()
+    if args.model == "organism":
+        model, tok = load_organism()
+        what = "organism (whole-value tokenizer)"
+    else:
+        model, tok = tiny_model("llama"), tiny_tokenizer()
+        what = "tiny random llama, byte-level tokenizer"
     model.set_attn_implementation(args.attn)
-    print(f"tiny llama, {args.attn} attention, byte-level tokenizer, {args.max_new_tokens} new tokens a turn")
+    print(f"{what}, {args.attn} attention, at most {args.max_new_tokens} new tokens a turn")
 
     if args.only in (None, "reuse"):
         bench_reuse(args, model, tok)

@@ -55,7 +55,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     model, tokenizer = load_smollm2(cache_dir=args.cache_dir)
     load_s = time.perf_counter() - t0
-    prompt = tool_prompt_for(tokenizer, mode="prompted", parser="hermes", prefill_opening=True)
+    prompt = tool_prompt_for(tokenizer, mode="prompted", parser="hermes", prefill_opening=True,
+                             prefill_extra='{"name": "' if args.prefill_name else "")
     print(f"model: {MODEL_NAME}")
     print(f"BASELINE_NOTE: {BASELINE_NOTE}")
     print(f"tool prompt: {prompt.describe()}")
@@ -124,6 +125,8 @@ def main(argv=None) -> int:
     ap.add_argument("--first-seed", type=int, default=TRAIN_SEEDS_BELOW)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prefill-name", action="store_true",
+                    help='prefill \'{"name": "\' after the call opening too (the model must write a tool name next)')
     ap.add_argument("--cache-dir", default=None, help="converted-model folder (default: $QDRIFT_CACHE or ~/.cache/qdrift)")
     ap.add_argument("--show-raw", type=int, default=0, help="print the first N raw turns of each batch")
     ap.add_argument("--json", default=None, help="write summary rows and every step record as JSON lines")

@@ -14,14 +14,13 @@ from pathlib import Path
 
 
 def load_model(ref: str):
-    """(model, tokenizer) for 'organism' (the shipped model) or a local directory."""
-    from qdrift.organism import WEIGHTS, load_organism
+    """(model, tokenizer) for a model reference (qdrift.models.refs), or exit naming the valid ones."""
+    from qdrift.models.refs import check_model_ref, load_model_ref
 
-    if ref == "organism":
-        return load_organism(WEIGHTS)
-    if not Path(ref).is_dir():
-        raise SystemExit(f"qdrift: model '{ref}' is neither 'organism' nor a local model directory")
-    return load_organism(ref)
+    problem = check_model_ref(ref)
+    if problem:
+        raise SystemExit(f"qdrift: model '{ref}' is neither 'organism' nor a local model directory: {problem}")
+    return load_model_ref(ref)
 
 
 def cmd_agents(args) -> int:
@@ -72,7 +71,7 @@ def cmd_agents(args) -> int:
 
 def add_parser(sub) -> None:
     a = sub.add_parser("agents", help="agent episodes: baseline vs quantized variants, with statistics")
-    a.add_argument("--model", default="organism", help="'organism' (the shipped model) or a local model directory")
+    a.add_argument("--model", default="organism", help="'organism' (the shipped model), 'smollm2', 'tiny:<arch>' or a local model directory")
     a.add_argument("--env", default="pointer_chase", help="environment name or path.py@Class")
     a.add_argument("--horizons", nargs="+", type=int, default=[1, 16, 64])
     a.add_argument("--seeds", type=int, default=20, help="held-out seeds per horizon")

@@ -1,7 +1,8 @@
 """Resolve a `pretrained=` reference to a loaded (model, tokenizer), never touching the hub.
 
-lm-eval passes `pretrained` as a string from the command line; qdrift adds names for the models
-it ships or builds (`organism`, `smollm2`, `tiny:<arch>`) next to local directories.
+lm-eval passes `pretrained` as a string from the command line; `qdrift.models.refs` resolves it
+(`organism`, `smollm2`, `tiny:<arch>` or a local directory). This adds lm-eval's own options: a
+dtype given by name and a tokenizer that overrides the model's.
 """
 
 from __future__ import annotations
@@ -9,39 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-BUILTIN = ("organism", "smollm2", "tiny:<arch>")
-
 
 def load_pretrained(ref: str, tokenizer: Any = None, dtype: Any = None) -> tuple[Any, Any]:
-    """(model, tokenizer) for `ref`: a built-in name (see BUILTIN) or a local model directory.
+    """(model, tokenizer) for `ref`: a built-in name or a local model directory (qdrift.models.refs).
 
     `tokenizer` (an object or a local path) overrides the one that comes with `ref`.
     """
     import torch
 
-    dtype = _dtype(dtype) or torch.float32
-    if ref == "organism":
-        from qdrift.organism import load_organism
+    from qdrift.models.refs import check_model_ref, load_model_ref
 
-        model, tok = load_organism(dtype=dtype)
-    elif ref == "smollm2":
-        from qdrift.models.smollm2 import load_smollm2
-
-        model, tok = load_smollm2(dtype=dtype)
-    elif ref.startswith("tiny:"):
-        from qdrift.tiny import tiny_model, tiny_tokenizer
-
-        model, tok = tiny_model(ref.split(":", 1)[1], dtype=dtype), tiny_tokenizer()
-    elif Path(ref).is_dir():
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()
-        tok = None if tokenizer is not None else AutoTokenizer.from_pretrained(ref, local_files_only=True)
-    else:
-        raise ValueError(
-            f"pretrained={ref!r} is neither a built-in model nor a local directory. Valid built-ins: "
-            f"{', '.join(BUILTIN)}; or give the path of a saved transformers model (no hub downloads)"
-        )
+    problem = check_model_ref(ref)
+    if problem:
+        raise ValueError(f"pretrained={ref!r}: {problem}")
+    model, tok = load_model_ref(ref, dtype=_dtype(dtype) or torch.float32)
     if isinstance(tokenizer, (str, Path)):
         from transformers import AutoTokenizer
 

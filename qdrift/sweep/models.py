@@ -1,44 +1,16 @@
 """Model references in a sweep and the cache that loads each base model once per process.
 
-A reference is 'organism' (the shipped model organism), 'tiny:<arch>' (a random tiny model with
-the byte-level tool-calling tokenizer, for tests) or a local transformers model directory.
+References are resolved by `qdrift.models.refs` ('organism', 'smollm2', 'tiny:<arch>' or a local
+transformers model directory).
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
+from qdrift.models.refs import check_model_ref, load_model_ref
 
-def check_model_ref(ref: str) -> str | None:
-    """None if `ref` names a loadable model, else a message naming the valid choices."""
-    if ref == "organism":
-        return None
-    if ref.startswith("tiny:"):
-        from qdrift.tiny import architectures
-
-        arch = ref.split(":", 1)[1]
-        archs = architectures()
-        return None if arch in archs else f"unknown tiny architecture '{arch}' in '{ref}'; valid: " + \
-            ", ".join(f"tiny:{a}" for a in archs)
-    if Path(ref).is_dir():
-        return None
-    return (f"model '{ref}' is not 'organism', 'tiny:<arch>' (e.g. tiny:llama) or an existing local model "
-            f"directory (relative paths are taken from the current directory, {Path.cwd()})")
-
-
-def load_model(ref: str):
-    """(model, tokenizer) for a checked reference, the model in eval mode."""
-    problem = check_model_ref(ref)
-    if problem:
-        raise ValueError(problem)
-    if ref.startswith("tiny:"):
-        from qdrift.tiny import tiny_model, tiny_tokenizer
-
-        return tiny_model(ref.split(":", 1)[1]), tiny_tokenizer()
-    from qdrift.organism import WEIGHTS, load_organism
-
-    return load_organism(WEIGHTS if ref == "organism" else ref)
+__all__ = ["ModelCache", "check_model_ref"]
 
 
 class ModelCache:
@@ -54,7 +26,7 @@ class ModelCache:
 
     def base(self, ref: str):
         if ref not in self._base:
-            self._base[ref] = load_model(ref)
+            self._base[ref] = load_model_ref(ref)
         return self._base[ref]
 
     def get(self, ref: str, spec: str):

@@ -1,0 +1,57 @@
+"""Model references, one grammar for the command line, sweeps and lm-eval; never the hub.
+
+A reference is a name qdrift ships or builds (`organism`, `smollm2`, `tiny:<arch>`) or a local
+transformers model directory. Checking a reference imports no torch, so a sweep file can be
+validated before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+BUILTIN = ("organism", "smollm2", "tiny:<arch>")
+
+
+def check_model_ref(ref: str) -> str | None:
+    """None if `ref` names a loadable model, else a message naming the valid choices."""
+    if ref in ("organism", "smollm2"):
+        return None
+    if ref.startswith("tiny:"):
+        from qdrift.tiny import architectures
+
+        arch = ref.split(":", 1)[1]
+        archs = architectures()
+        return None if arch in archs else f"unknown tiny architecture '{arch}' in '{ref}'; valid: " + \
+            ", ".join(f"tiny:{a}" for a in archs)
+    if Path(ref).is_dir():
+        return None
+    return (f"model '{ref}' is not 'organism', 'smollm2', 'tiny:<arch>' (e.g. tiny:llama) or an existing local "
+            f"model directory (relative paths are taken from the current directory, {Path.cwd()}); "
+            f"valid built-ins: {', '.join(BUILTIN)}")
+
+
+def load_model_ref(ref: str, dtype: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for a reference, the model in eval mode, fp32 unless `dtype` says otherwise."""
+    problem = check_model_ref(ref)
+    if problem:
+        raise ValueError(problem)
+    import torch
+
+    dtype = dtype or torch.float32
+    if ref == "organism":
+        from qdrift.organism import load_organism
+
+        return load_organism(dtype=dtype)
+    if ref == "smollm2":
+        from qdrift.models.smollm2 import load_smollm2
+
+        return load_smollm2(dtype=dtype)
+    if ref.startswith("tiny:"):
+        from qdrift.tiny import tiny_model, tiny_tokenizer
+
+        return tiny_model(ref.split(":", 1)[1], dtype=dtype).eval(), tiny_tokenizer()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()
+    return model, AutoTokenizer.from_pretrained(ref, local_files_only=True)

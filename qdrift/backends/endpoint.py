@@ -1,0 +1,88 @@
+"""The seam between qdrift and a chat-completions endpoint, and a resumable replay over it.
+
+An endpoint is anything with `name` and `complete(body, request_id) -> Outcome`: an HTTP client
+for an OpenAI-compatible server, or an in-process fake in tests. Every request ends as an Outcome,
+a success or a failure with its reason, so nothing is dropped silently. `replay` sends many
+requests with bounded concurrency and appends each outcome to a JSONL journal as it finishes; a
+rerun reads the journal and sends only what has not yet succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one request ended."""
+
+    request_id: str
+    ok: bool
+    response: dict | None  # the parsed chat-completion body when ok
+    status: int | None  # the last HTTP status seen; None when no response came (timeout, refused)
+    reason: str | None  # why it failed: "timeout", "http_500", "http_429", "malformed_json", ...
+    attempts: int
+    latency_s: float
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+class ChatEndpoint(Protocol):
+    """One endpoint. `complete` never raises for a failed request: it returns a failed Outcome."""
+
+    name: str
+
+    def complete(self, body: dict, request_id: str) -> Outcome: ...
+
+
+def read_journal(path: Path) -> dict[str, Outcome]:
+    """The latest outcome per request id; a torn last line (a killed run) is ignored."""
+    done: dict[str, Outcome] = {}
+    if not Path(path).exists():
+        return done
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done[row["request_id"]] = Outcome(**row)
+    return done
+
+
+def replay(endpoint: ChatEndpoint, requests: Iterable[tuple[str, dict]], journal: Path,
+           concurrency: int = 4) -> dict[str, Outcome]:
+    """Send every (request_id, body) not already answered in `journal`; return all outcomes by id.
+
+    Failed requests are sent again on a rerun; successes never are. Ids must be unique.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    requests = list(requests)
+    ids = [rid for rid, _ in requests]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise ValueError(f"request ids must be unique; repeated: {dup}")
+    journal = Path(journal)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    outcomes = read_journal(journal)
+    todo = [(rid, body) for rid, body in requests if not (rid in outcomes and outcomes[rid].ok)]
+    lock = threading.Lock()
+
+    def one(item: tuple[str, dict]) -> None:
+        rid, body = item
+        out = endpoint.complete(body, rid)
+        with lock, journal.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(out.row()) + "\n")
+            f.flush()
+            outcomes[rid] = out
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, todo))
+    return {rid: outcomes[rid] for rid in ids}

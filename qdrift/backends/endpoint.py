@@ -29,6 +29,7 @@ class Outcome:
     reason: str | None  # why it failed: "timeout", "http_500", "http_429", "malformed_json", ...
     attempts: int
     latency_s: float
+    error: str | None = None  # a human-readable detail of the failure (never holds a credential)
 
     def row(self) -> dict:
         return asdict(self)

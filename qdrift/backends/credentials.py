@@ -1,0 +1,77 @@
+"""API keys for endpoints: read from an environment variable or a TOML file, and kept out of sight.
+
+A key lives in a `Secret`, whose repr and str are redacted, so printing a client, a config or an
+exception that holds one shows `Secret('***')`. `scrub` removes a key's text from any string
+(error bodies a server echoes back, exception messages) before it is logged or recorded.
+
+The config file is TOML (read with the standard library's `tomllib`), one top-level key:
+
+    api_key = "sk-..."
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import tomllib
+
+REDACTED = "***"
+
+
+class Secret:
+    """A credential whose text leaves only through `reveal()`."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError("an API key must be a non-empty string")
+        self._value = value.strip()
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret('{REDACTED}')"
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # pickling would copy the text out (into a worker, a cache file)
+        raise TypeError("a Secret cannot be pickled; read the key again where it is needed")
+
+
+def scrub(text: str, secret: Secret | None) -> str:
+    """`text` with every occurrence of the secret replaced by ***."""
+    if secret is None or not text:
+        return text
+    return text.replace(secret.reveal(), REDACTED)
+
+
+def load_api_key(api_key_env: str | None = "OPENAI_API_KEY", config_file: str | Path | None = None,
+                 required: bool = False) -> Secret | None:
+    """The key from `config_file` when one is given (it must hold `api_key`), else from the
+    environment variable `api_key_env`, else None (an endpoint that needs no key, such as a local
+    vLLM server) -- or a ValueError when `required`. Errors name the file or variable, never the key.
+    """
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ValueError(f"API key config file {str(path)!r} does not exist")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            # the decoder's message quotes no values, only positions
+            raise ValueError(f"API key config file {str(path)!r} is not valid TOML: {e}") from None
+        key = data.get("api_key")
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError(f"API key config file {str(path)!r} has no api_key = \"...\" entry (a non-empty string)")
+        return Secret(key)
+    if api_key_env:
+        value = os.environ.get(api_key_env, "")
+        if value.strip():
+            return Secret(value)
+    if required:
+        raise ValueError(f"no API key: the environment variable {api_key_env!r} is not set or empty "
+                         "(set it, or give a TOML config file with api_key = \"...\")")
+    return None

@@ -1,20 +1,20 @@
-"""API keys for endpoints: read from an environment variable or a TOML file, and kept out of sight.
+"""API keys for endpoints: read from an environment variable or a JSON file, and kept out of sight.
 
 A key lives in a `Secret`, whose repr and str are redacted, so printing a client, a config or an
 exception that holds one shows `Secret('***')`. `scrub` removes a key's text from any string
 (error bodies a server echoes back, exception messages) before it is logged or recorded.
 
-The config file is TOML (read with the standard library's `tomllib`), one top-level key:
+The config file is JSON (the standard library reads it on every supported Python; `tomllib`
+needs 3.11), an object with the key under "api_key":
 
-    api_key = "sk-..."
+    {"api_key": "sk-..."}
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-
-import tomllib
 
 REDACTED = "***"
 
@@ -59,13 +59,14 @@ def load_api_key(api_key_env: str | None = "OPENAI_API_KEY", config_file: str | 
         if not path.is_file():
             raise ValueError(f"API key config file {str(path)!r} does not exist")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            # the decoder's message quotes no values, only positions
-            raise ValueError(f"API key config file {str(path)!r} is not valid TOML: {e}") from None
-        key = data.get("api_key")
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            # the decoder's message quotes no text, only positions
+            raise ValueError(f"API key config file {str(path)!r} is not valid JSON: {e}") from None
+        key = data.get("api_key") if isinstance(data, dict) else None
         if not isinstance(key, str) or not key.strip():
-            raise ValueError(f"API key config file {str(path)!r} has no api_key = \"...\" entry (a non-empty string)")
+            raise ValueError(f"API key config file {str(path)!r} needs a JSON object with a non-empty "
+                             "string under \"api_key\"")
         return Secret(key)
     if api_key_env:
         value = os.environ.get(api_key_env, "")
@@ -73,5 +74,5 @@ def load_api_key(api_key_env: str | None = "OPENAI_API_KEY", config_file: str | 
             return Secret(value)
     if required:
         raise ValueError(f"no API key: the environment variable {api_key_env!r} is not set or empty "
-                         "(set it, or give a TOML config file with api_key = \"...\")")
+                         "(set it, or give a JSON config file {\"api_key\": \"...\"})")
     return None

@@ -11,24 +11,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from qdrift.backends.generation import Generation  # noqa: F401 - re-exported: qdrift.backends.hf.Generation
 from qdrift.backends.session import BatchSession
 
 
 class TemplateMismatch(RuntimeError):
     """The chat template re-rendered earlier turns differently, so the cache cannot be extended."""
-
-
-@dataclass
-class Generation:
-    """One assistant turn as the model produced it."""
-
-    text: str  # raw assistant text, including any prefilled call opening
-    token_ids: list[int]
-    logprob: float  # sum over generated tokens
-    tokens_in: int  # tokens fed to the model for this turn (the conversation's new suffix)
-    tokens_out: int
-    stop_reason: str
-    error: str | None = None
 
 
 @dataclass

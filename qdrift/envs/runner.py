@@ -32,6 +32,7 @@ class StepRecord:
     logprob: float
     stop_reason: str
     parse_error: str | None
+    policy_error: str | None = None  # the backend failed to produce this turn (e.g. an endpoint request failed)
 
     def row(self) -> dict:
         return asdict(self)
@@ -93,7 +94,7 @@ def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = 
                 first_id + r, env.name, env.horizon, env.seed, taken[r], gen.text, _call_json(call),
                 parsed.json_valid, schemas[r].check(call)[1] is None, result.correct, _call_json(oracle),
                 result.observation, gen.tokens_in, gen.tokens_out, gen.logprob, gen.stop_reason,
-                parsed.error))
+                parsed.error, getattr(gen, "error", None)))
             taken[r] += 1
             messages = convs[r][0]
             messages.append({"role": "assistant", "content": gen.text})

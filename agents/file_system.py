@@ -5,7 +5,7 @@ correct call at step i is the i-th listed operation, whatever the agent did befo
 schema-valid call is the agent's attempt at the next operation). `create` makes or overwrites a
 file; `append` adds to the end; `read` returns the content; `rename` moves a file to a new name.
 A failing operation (a missing file, a rename onto an existing name) is an observation such as
-`3/7 f2 not found`, and the state is unchanged. The episode ends after L operations;
+`f2 not found; next 4`, and the state is unchanged. The episode ends after L operations;
 `success()` requires the final files and contents to equal the intended ones.
 """
 
@@ -26,6 +26,7 @@ class FileSystem(ToolEnv):
     knobs = {
         "files": Knob(5, 1, 100, "at most this many files exist at once"),
         "maxlen": Knob(12, 3, 60, "no file grows past this many characters"),
+        "echo": Knob(0, 0, 1, "1: each tool result repeats the next listed item (copy, not indexing)"),
     }
 
     def build(self, rng):
@@ -86,11 +87,12 @@ class FileSystem(ToolEnv):
             function_tool("rename", "Rename a file to a new name.", {"src": PATH, "dst": PATH}),
         ]
 
-    def task(self):
-        def line(op: ToolCall) -> str:
-            return " ".join([op.name, *op.arguments.values()])
+    def item(self, index):
+        op = self.ops[index]
+        return " ".join([op.name, *op.arguments.values()])
 
-        lines = "\n".join(f"{i}: {line(op)}" for i, op in enumerate(self.ops, 1))
+    def task(self):
+        lines = "\n".join(f"{i}: {self.item(i - 1)}" for i in range(1, self.horizon + 1))
         return (f"Carry out these {self.horizon} file operations in order, one tool call each "
                 f"(create path content, append path content, read path, rename src dst).\n{lines}")
 
@@ -104,10 +106,13 @@ class FileSystem(ToolEnv):
     def expected(self):
         return self.ops[min(self.i, self.horizon - 1)]
 
+    def error_suffix(self):
+        return f"; {self.progress(self.i)}"
+
     def apply(self, call):
         self.i += 1
         result = self.execute(self.fs, call)
-        return f"{self.i}/{self.horizon} {result}", self.i >= self.horizon
+        return f"{result}; {self.progress(self.i)}", self.i >= self.horizon
 
     def success(self):
         return self.i >= self.horizon and self.fs == self.final

@@ -23,6 +23,7 @@ class GraphNav(ToolEnv):
     knobs = {
         "nodes": Knob(16, 2, 10_000, "number of nodes n0..n{nodes-1}"),
         "colors": Knob(3, 2, len(COLORS), "edge colours per node"),
+        "echo": Knob(0, 0, 1, "1: each tool result repeats the next listed item (copy, not indexing)"),
     }
 
     def build(self, rng):
@@ -54,6 +55,9 @@ class GraphNav(ToolEnv):
         return (f"Start at node {self.start}. Make these {L} moves in order, one move(color) call each; "
                 f"each returns the node reached. Then call answer(node) with the node you end at.\n{lines}")
 
+    def item(self, index):
+        return self.route[index]
+
     def init_state(self):
         self.i = 0
         self.at = self.start
@@ -64,13 +68,16 @@ class GraphNav(ToolEnv):
             return ToolCall("move", {"color": self.route[self.i]})
         return ToolCall("answer", {"node": self.at})
 
+    def error_suffix(self):
+        return f"; {self.progress(self.i)}"
+
     def apply(self, call):
         if call.name == "answer":
             self.answered = call.arguments["node"]
             return "done", True
         self.i += 1
         self.at = self.graph[self.at][call.arguments["color"]]
-        return f"{self.i}/{self.horizon} {self.at}", False
+        return f"{self.at}; {self.progress(self.i)}", False
 
     def success(self):
         return self.at == self.target and self.answered == self.target

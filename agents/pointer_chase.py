@@ -65,16 +65,19 @@ class PointerChase(ToolEnv):
             return ToolCall("lookup", {"key": self.current})
         return ToolCall("answer", {"value": self.current})
 
+    def error_suffix(self):
+        return f"; {self.progress(self.hops)}"
+
     def apply(self, call):
         if call.name == "answer":
             self.answered = call.arguments["value"]
             return "done", True
         key = call.arguments["key"]
         if key not in self.table:
-            return f"{self.hops}/{self.horizon} {key[:20]} not found", False
+            return f"{key[:20]} not found; {self.progress(self.hops)}", False
         self.hops += 1
         self.current = self.table[key]
-        return f"{self.hops}/{self.horizon} {self.current}", False
+        return f"{self.current}; {self.progress(self.hops)}", False
 
     def success(self):
         return self.answered == self.chain[-1]

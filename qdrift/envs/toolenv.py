@@ -21,7 +21,8 @@ environments; for pointer_chase while 2 * (L + 1 + distractors) <= 1000) a prefi
 Seeding goes through `random.Random(str)`, which is independent of PYTHONHASHSEED.
 
 Every environment also takes the knob `slack` (default 0): extra turns beyond a perfect agent's,
-so `max_steps = perfect_steps() + slack`.
+so `max_steps = perfect_steps() + slack`. Neither `slack` nor `echo` (where an environment has
+it) enters the seeding: the same seed gives the same instance with or without them.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ from qdrift.envs.base import StepResult, ToolCall
 from qdrift.envs.schema import ToolSchemas, call_text
 
 MAX_HORIZON = 10_000
+# Knobs that change how an instance is run or shown, not which instance a seed draws.
+PRESENTATION_KNOBS = ("slack", "echo")
 
 SYSTEM_PROMPT = (
     "You execute a task step by step with tools. Make exactly one tool call per turn, "
-    "with exactly the arguments the task asks for. Tool results are terse; "
-    "'i/L' counts the steps done."
+    "with exactly the arguments the task asks for. Tool results are terse and end with the "
+    "number of the next step ('next 4'), or 'all L done' once every step is done."
 )
 
 
@@ -76,7 +79,7 @@ class ToolEnv:
         self.settings = {k: check_int(k, knobs.get(k, v.default), v.lo, v.hi) for k, v in spec.items()}
         self.check_settings()
         material = "|".join([self.name, str(self.seed)] + [f"{k}={v}" for k, v in sorted(self.settings.items())
-                                                             if k != "slack"])
+                                                             if k not in PRESENTATION_KNOBS])
         self.build(random.Random(material))
         self._tools = self.make_tools()
         self._schemas = ToolSchemas(self._tools)
@@ -114,6 +117,26 @@ class ToolEnv:
     def error_suffix(self) -> str:
         """Appended to an `error:` observation (e.g. to repeat what the current step shows)."""
         return ""
+
+    def progress(self, done: int) -> str:
+        """The step marker that ends an observation: `next {done + 1}`, or `all {L} done`.
+
+        Why: the environments measure execution (copy the right item, make the right call), not
+        counting. Stating the next step's number makes both the item to act on and the moment to
+        stop a read of the context rather than an addition or a comparison the agent must do.
+        """
+        if done >= self.horizon:
+            return f"all {self.horizon} done"
+        shown = self.item(done) if self.settings.get("echo") else None
+        return f"next {done + 1}" + (f": {shown}" if shown is not None else "")
+
+    def item(self, index: int) -> str | None:
+        """The task's listed item at 0-based `index`, as the task shows it (environments with a list).
+
+        With the knob `echo=1` the step marker repeats it (`next 4: +17`), so the agent copies the
+        item from the last tool result instead of finding it in the task's list by its number.
+        """
+        return None
 
     # -- the protocol ------------------------------------------------------------------------
     def knob(self, key: str) -> int:

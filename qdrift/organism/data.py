@@ -66,7 +66,21 @@ def encode_episode(tokenizer, env) -> Sequence:
     return Sequence(env.name, env.horizon, env.seed, ids, targets)
 
 
-def training_episode(tokenizer, name: str, horizon: int, seed: int) -> Sequence:
+def parse_env_entry(entry: str) -> tuple[str, dict[str, int]]:
+    """`ledger:echo=1,amax=50` -> ("ledger", {"echo": 1, "amax": 50}); a bare name has no knobs."""
+    name, _, rest = entry.partition(":")
+    knobs = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or not value.lstrip("-").isdigit():
+            raise ValueError(f"bad environment entry {entry!r}: knobs are written name:key=INT,key=INT")
+        knobs[key] = int(value)
+    return name, knobs
+
+
+def training_episode(tokenizer, entry: str, horizon: int, seed: int) -> Sequence:
+    """An oracle episode of `entry` (`name` or `name:key=value,...`) on a training seed."""
     if seed >= TRAIN_SEEDS_BELOW:
         raise ValueError(f"seed {seed} is held out (training seeds are below {TRAIN_SEEDS_BELOW})")
-    return encode_episode(tokenizer, make_environment(name, horizon=horizon, seed=seed, split="train"))
+    name, knobs = parse_env_entry(entry)
+    return encode_episode(tokenizer, make_environment(name, horizon=horizon, seed=seed, split="train", **knobs))

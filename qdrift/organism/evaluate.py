@@ -1,7 +1,7 @@
 """Measure the organism (or any local model) on held-out seeds: per-step accuracy and success by horizon.
 
     python -m qdrift.organism.evaluate --horizons 1 4 16 64 200 --seeds 50
-    python -m qdrift.organism.evaluate --spec w4g128-a16-kv:16 --envs ledger --seeds 100
+    python -m qdrift.organism.evaluate --spec w4g128-a16-kv:16 --envs ledger:echo=1 --seeds 100
 
 Episodes run through the ordinary runner (`qdrift.envs.runner.run_episodes` with
 `qdrift.backends.hf.HFPolicy`: the chat template's native tools, greedy decoding, the KV cache
@@ -38,15 +38,17 @@ def summarize(episodes, steps) -> dict:
 
 def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: int = 50,
              max_new_tokens: int = 32) -> tuple[dict, list, list]:
-    """Run `seeds` held-out episodes; return (summary, episode records, step records)."""
+    """Run `seeds` held-out episodes of `env_name` (`name` or `name:key=value,...`); (summary, episodes, steps)."""
     from qdrift.backends.hf import HFPolicy
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.runner import run_episodes
+    from qdrift.organism.data import parse_env_entry
 
     prompt = tool_prompt_for(tokenizer)
+    env_name, knobs = parse_env_entry(env_name)
     episodes, steps = [], []
     for start in range(0, seeds, batch):
-        envs = [make_environment(env_name, horizon=horizon, seed=TRAIN_SEEDS_BELOW + i, split="eval")
+        envs = [make_environment(env_name, horizon=horizon, seed=TRAIN_SEEDS_BELOW + i, split="eval", **knobs)
                 for i in range(start, min(seeds, start + batch))]
         policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=max_new_tokens)
         e, s = run_episodes(policy, envs, first_id=start)

@@ -10,11 +10,18 @@ are in the training distribution. Each batch holds about `--batch-tokens` tokens
 horizon (five environments mixed), right-padded; the loss is on the generated call tokens only.
 The learning rate warms up linearly, then follows a cosine to 10%. `--decision-weight` scales the
 loss of each call's tool-name token (continue or stop); `--init` continues from saved weights.
-The shipped weights come from two stages (see weights/MODEL_CARD.md):
+The shipped weights come from three stages (see weights/MODEL_CARD.md): from scratch; the
+continue-or-stop token weighted; then the tool results' progress cue (`next i: item` with the
+list-indexing environments' `echo=1`):
 
     python -m qdrift.organism.train --out S1 --steps 1300 --batch-tokens 8000 --eval-every 250   # keep step 1000
     python -m qdrift.organism.train --init S1 --out S2 --steps 600 --lr 7e-4 --warmup 30 \
         --decision-weight 10 --batch-tokens 8000 --eval-every 50 --eval-horizons 16 64
+    python -m qdrift.organism.train --init S2 --out S3a --steps 200 --stop-at 50 --lr 7e-4 --warmup 20 \
+        --decision-weight 10 --batch-tokens 8000 --eval-every 50 --eval-horizons 16 64
+    python -m qdrift.organism.train --init S3a --out S3 --steps 400 --lr 5e-4 --warmup 20 \
+        --decision-weight 10 --batch-tokens 8000 --eval-every 100 --eval-horizons 16 64 \
+        --envs pointer_chase ledger:echo=1 graph_nav:echo=1 file_system:echo=1
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
@@ -33,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
-from qdrift.organism.data import encode_episode, training_episode
+from qdrift.organism.data import encode_episode, parse_env_entry, training_episode
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer
 
 # dict_sum needs addition of looked-up values, not copying: left out of the organism's training.
@@ -170,15 +177,16 @@ def call_accuracy(model, tokenizer, ids: torch.Tensor, tgt: torch.Tensor) -> tup
 def heldout_eval(model, tokenizer, envs=TRAINED, horizons=(16, 200), per=2) -> dict:
     model.eval()
     out = {}
-    for name in envs:
+    for entry in envs:
+        name, knobs = parse_env_entry(entry)
         for L in horizons:
             right = calls = 0
             for i in range(per):
-                seq = encode_episode(tokenizer, make_environment(name, horizon=L, seed=TRAIN_SEEDS_BELOW + 7919 * i,
+                seq = encode_episode(tokenizer, make_environment(name, horizon=L, seed=TRAIN_SEEDS_BELOW + 7919 * i, **knobs,
                                                                  split="eval"))
                 r, c = call_accuracy(model, tokenizer, torch.tensor(seq.ids), torch.tensor(seq.targets))
                 right, calls = right + r, calls + c
-            out[f"{name}@{L}"] = round(right / calls, 4)
+            out[f"{entry}@{L}"] = round(right / calls, 4)
     model.train()
     return out
 
@@ -202,6 +210,8 @@ def main(argv=None):
     ap.add_argument("--decision-weight", type=float, default=1.0,
                     help="loss weight of each call's tool-name token (the shipped weights' second stage used 10)")
     ap.add_argument("--eval-horizons", nargs="+", type=int, default=[16, 200])
+    ap.add_argument("--stop-at", type=int, default=None,
+                    help="save and stop after this step (the schedule still spans --steps)")
     args = ap.parse_args(argv)
 
     from transformers import LlamaForCausalLM
@@ -268,9 +278,12 @@ def main(argv=None):
             emit({"step": step, "loss": round(loss_acc / loss_n, 5), "lr": round(lr, 6), "horizon": horizon,
                   "batch": list(ids.shape), "tokens": tokens, "tok_per_s": round(tokens / elapsed), "min": round(elapsed / 60, 2)})
             loss_acc, loss_n = 0.0, 0
-        if step % args.eval_every == 0 or step == args.steps:
+        last = step == args.steps or step == args.stop_at
+        if step % args.eval_every == 0 or last:
             emit({"step": step, "heldout_call_acc": heldout_eval(model, tokenizer, args.envs, args.eval_horizons), "min": round((time.time() - t0) / 60, 2)})
             save(model, tokenizer, args.out)
+        if last:
+            break
     emit({"event": "done", "min": round((time.time() - t0) / 60, 2), "tokens": tokens, "target_tokens": targets})
     log.close()
 

@@ -112,7 +112,7 @@ def test_pointer_chase_wrong_key_is_followed():
     decoy = next(k for k in env.table if k not in env.chain)
     r = env.step(ToolCall("lookup", {"key": decoy}))
     assert r.valid and not r.correct and not r.done and r.error
-    assert r.observation == f"1/7 {env.table[decoy]}"
+    assert r.observation == f"{env.table[decoy]}; next 2"
     assert env.oracle() == ToolCall("lookup", {"key": env.table[decoy]}) != first
     r = env.step(ToolCall("lookup", {"key": "k99999999"}))  # not in the table: nothing changes
     assert r.valid and not r.correct and "not found" in r.observation
@@ -123,7 +123,7 @@ def test_ledger_wrong_amount_is_followed():
     env = make_environment("ledger", 7, 0)
     a0 = env.amounts[0]
     r = env.step(ToolCall("apply", {"amount": a0 + 1}))
-    assert r.valid and not r.correct and r.observation == f"1/7 bal {env.start + a0 + 1}"
+    assert r.valid and not r.correct and r.observation == f"bal {env.start + a0 + 1}; next 2"
     assert env.oracle() == ToolCall("apply", {"amount": env.amounts[1]})
     steps = run_perfect(env)
     assert all(r.correct for _, r in steps) and len(steps) == 7
@@ -146,7 +146,7 @@ def test_graph_nav_wrong_colour_is_followed():
     r = env.step(ToolCall("move", {"color": other}))
     assert r.valid and not r.correct
     reached = env.graph[env.start][other]
-    assert r.observation == f"1/7 {reached}" and env.at == reached
+    assert r.observation == f"{reached}; next 2" and env.at == reached
     assert env.oracle() == ToolCall("move", {"color": env.route[1]})
     steps = run_perfect(env)
     assert all(r.correct for _, r in steps)
@@ -158,7 +158,7 @@ def test_graph_nav_wrong_colour_is_followed():
 def test_file_system_wrong_operation_is_scored_and_next_op_follows():
     env = make_environment("file_system", 7, 0)
     r = env.step(ToolCall("read", {"path": "nope"}))
-    assert r.valid and not r.correct and r.observation == "1/7 nope not found"
+    assert r.valid and not r.correct and r.observation == "nope not found; next 2"
     assert env.oracle() == env.ops[1]
     steps = run_perfect(env)
     assert all(r.correct for _, r in steps) and len(steps) == 6
@@ -167,12 +167,12 @@ def test_file_system_wrong_operation_is_scored_and_next_op_follows():
 
 def test_file_system_errors_are_observations():
     env = make_environment("file_system", 7, 0, slack=3)
-    assert env.step(ToolCall("rename", {"src": "zz", "dst": "yy"})).observation == "1/7 zz not found"
-    assert env.step(ToolCall("create", {"path": "a", "content": "x"})).observation == "2/7 ok"
-    assert env.step(ToolCall("create", {"path": "b", "content": "y"})).observation == "3/7 ok"
-    assert env.step(ToolCall("rename", {"src": "a", "dst": "b"})).observation == "4/7 b exists"
-    assert env.step(ToolCall("append", {"path": "a", "content": "z"})).observation == "5/7 ok"
-    assert env.step(ToolCall("read", {"path": "a"})).observation == "6/7 xz"
+    assert env.step(ToolCall("rename", {"src": "zz", "dst": "yy"})).observation == "zz not found; next 2"
+    assert env.step(ToolCall("create", {"path": "a", "content": "x"})).observation == "ok; next 3"
+    assert env.step(ToolCall("create", {"path": "b", "content": "y"})).observation == "ok; next 4"
+    assert env.step(ToolCall("rename", {"src": "a", "dst": "b"})).observation == "b exists; next 5"
+    assert env.step(ToolCall("append", {"path": "a", "content": "z"})).observation == "ok; next 6"
+    assert env.step(ToolCall("read", {"path": "a"})).observation == "xz; next 7"
     assert env.fs == {"a": "xz", "b": "y"}
 
 

@@ -94,7 +94,13 @@ def records(path: Path):
 
 
 def read_run(folder: Path) -> dict:
-    """A run's config, final summary and exit code from its transaction log."""
+    """A run's config, final summary and exit code from its transaction log.
+
+    wandb's service writes the log asynchronously; `teardown` waits for it to finish writing.
+    """
+    import wandb
+
+    wandb.teardown()
     (log,) = folder.glob("run-*.wandb")
     config, summary, exit_code, group, name, logged = {}, {}, None, None, None, set()
     for r in records(log):
@@ -263,3 +269,37 @@ def test_importing_the_sink_pulls_in_neither_wandb_nor_torch():
     code = "import sys, qdrift.sweep.wandb_sink; print(sorted({m.split('.')[0] for m in sys.modules}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "'wandb'" not in out and "'torch'" not in out
+
+
+def test_sweep_run_with_wandb_and_no_key_runs_offline_beside_the_store(tmp_path, offline_env, monkeypatch, capsys):
+    from qdrift.cli import main
+
+    monkeypatch.delenv("WANDB_API_KEY")
+    sweep_file, store = tmp_path / "s.yaml", tmp_path / "out" / "s.sqlite"
+    sweep_file.write_text(TEXT.split("  - kind: short_form")[0].replace("[baseline, w8-a16-kv:16]", "[baseline]"))
+    assert main(["sweep", "run", str(sweep_file), "--store", str(store), "--quiet", "--wandb", "qdrift-test"]) == 0
+    out = capsys.readouterr().out
+    assert "wandb: offline mode (no API key configured (WANDB_API_KEY or ~/.netrc)" in out
+    assert "wandb: 1 run(s) logged (offline)" in out
+    (run,) = runs_by_key(tmp_path / "out").values()
+    assert run["config"]["task"] == "ledger" and run["exit_code"] == 0
+
+
+def test_under_wandb_agent_sweep_cell_logs_the_cell_and_a_done_cell_from_the_store(tmp_path, offline_env,
+                                                                                    monkeypatch, capsys):
+    from qdrift.cli import main
+
+    monkeypatch.setenv("WANDB_SWEEP_ID", "qdrifttest")  # what `wandb agent` sets for its runs
+    monkeypatch.setenv("WANDB_PROJECT", "qdrift-test")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    sweep_file, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep_file.write_text(TEXT.split("  - kind: short_form")[0])
+    args = ["sweep", "cell", str(sweep_file), "--store", str(store), "--quiet", "--model=tiny:llama",
+            "--spec=baseline", "--task=ledger", "--horizon=2"]
+    assert main(args) == 0 and main(args) == 0
+    out = capsys.readouterr().out
+    assert "wandb: offline mode (WANDB_MODE=offline)" in out and "already done" in out
+    first, second = (read_run(f) for f in sorted((tmp_path / "wandb").glob("offline-run-*")))
+    assert first["config"]["cell_key"] == second["config"]["cell_key"]
+    for key in ("success_rate", "step_accuracy", "episodes", "steps"):
+        assert first["summary"][key] == second["summary"][key]

@@ -31,6 +31,10 @@ def _wandb_options(args, sweep):
     base = sweep.wandb
     if args.wandb is None and base is None:
         if not (getattr(args, "under_agent", False) and os.environ.get("WANDB_SWEEP_ID")):
+            given = [f"--wandb-{n}" for n in ("entity", "mode", "dir") if getattr(args, f"wandb_{n}")]
+            if given:
+                raise SystemExit(f"qdrift: {', '.join(given)} given but W&B logging is off; add --wandb PROJECT "
+                                 f"or a wandb block to the sweep file")
             return None
         base = WandbOptions(project=None)  # the agent sets WANDB_PROJECT / WANDB_ENTITY
     base = base or WandbOptions(project=args.wandb)

@@ -283,6 +283,8 @@ def test_sweep_run_with_wandb_and_no_key_runs_offline_beside_the_store(tmp_path,
     assert "wandb: 1 run(s) logged (offline)" in out
     (run,) = runs_by_key(tmp_path / "out").values()
     assert run["config"]["task"] == "ledger" and run["exit_code"] == 0
+    with pytest.raises(SystemExit, match="--wandb-mode given but W&B logging is off; add --wandb PROJECT"):
+        main(["sweep", "run", str(sweep_file), "--store", str(store), "--wandb-mode", "online"])
 
 
 def test_under_wandb_agent_sweep_cell_logs_the_cell_and_a_done_cell_from_the_store(tmp_path, offline_env,

@@ -1,7 +1,9 @@
-"""`qdrift sweep run|status FILE` and `qdrift compare --store PATH`: sweeps into a results store, and the report.
+"""`qdrift sweep run|status|cell|wandb-config FILE` and `qdrift compare --store PATH`.
 
 The store defaults to `<sweep name>.sqlite` in the current directory; a rerun of the same file
-skips the cells already done and retries the failed ones.
+skips the cells already done and retries the failed ones. `--wandb PROJECT` (or a `wandb:` block
+in the file) logs each finished cell to W&B; `sweep cell` runs one cell, the way a `wandb agent`
+run of the configuration from `sweep wandb-config` does.
 """
 
 from __future__ import annotations
@@ -20,6 +22,41 @@ def _load(args):
     return sweep, Path(args.store or f"{sweep.name}.sqlite")
 
 
+def _wandb_options(args, sweep):
+    """--wandb flags over the file's wandb block; under `wandb agent` (WANDB_SWEEP_ID set) always on."""
+    import os
+
+    from qdrift.sweep.file import WandbOptions
+
+    base = sweep.wandb
+    if args.wandb is None and base is None:
+        if not (getattr(args, "under_agent", False) and os.environ.get("WANDB_SWEEP_ID")):
+            given = [f"--wandb-{n}" for n in ("entity", "mode", "dir") if getattr(args, f"wandb_{n}")]
+            if given:
+                raise SystemExit(f"qdrift: {', '.join(given)} given but W&B logging is off; add --wandb PROJECT "
+                                 f"or a wandb block to the sweep file")
+            return None
+        base = WandbOptions(project=None)  # the agent sets WANDB_PROJECT / WANDB_ENTITY
+    base = base or WandbOptions(project=args.wandb)
+    return replace(base, project=args.wandb or base.project, entity=args.wandb_entity or base.entity,
+                   mode=args.wandb_mode or base.mode, dir=args.wandb_dir or base.dir)
+
+
+def _sink(args, sweep, store, path: Path):
+    from qdrift.sweep.wandb_sink import sink_from
+
+    try:
+        return sink_from(_wandb_options(args, sweep), sweep.name, store, default_dir=path.parent)
+    except (ImportError, ValueError) as e:
+        raise SystemExit(f"qdrift: {e}") from None
+
+
+def _report_sink(sink) -> None:
+    if sink is not None and sink.runs:
+        print(f"wandb: {sink.runs} run(s) logged ({sink.mode}), {sink.seconds / sink.runs:.2f} s per cell; "
+              f"dir {sink.dir / 'wandb'}")
+
+
 def cmd_sweep_run(args) -> int:
     from qdrift.store import Store
     from qdrift.sweep import run_sweep
@@ -28,10 +65,83 @@ def cmd_sweep_run(args) -> int:
     if args.threads:
         sweep = replace(sweep, threads=args.threads)
     with Store(path) as store:
-        outcome = run_sweep(sweep, store, progress=not args.quiet)
+        sink = _sink(args, sweep, store, path)
+        outcome = run_sweep(sweep, store, progress=not args.quiet, on_result=sink)
     print(outcome.summary())
     print(f"store: {path}")
+    _report_sink(sink)
     return 1 if outcome.failed else 0
+
+
+def cmd_sweep_cell(args) -> int:
+    from qdrift.store import Store
+    from qdrift.sweep import run_sweep
+    from qdrift.sweep.execute import CellResult
+    from qdrift.sweep.wandb_sweep import select_cell, single_cell_sweep
+
+    sweep, path = _load(args)
+    try:
+        cell = select_cell(sweep, args.model, args.spec, args.task, args.horizon)
+    except ValueError as e:
+        raise SystemExit(f"qdrift: {e}") from None
+    if args.threads:
+        sweep = replace(sweep, threads=args.threads)
+    with Store(path) as store:
+        sink = _sink(args, sweep, store, path)
+        if store.status(cell.key) == "done":
+            print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
+            if sink is not None:  # an agent run still gets the cell's numbers, from the store
+                rec = next(c for c in store.cells("done") if c["key"] == cell.key)
+                kinds = ("episode", "step") if cell.horizon is not None else ("item",)
+                rows = {k: store.rows(k, keys=[cell.key]) for k in kinds}
+                sink(CellResult(cell, rows, None, rec["started"], rec["finished"]))
+            _report_sink(sink)
+            return 0
+        outcome = run_sweep(single_cell_sweep(sweep, cell), store, progress=not args.quiet, on_result=sink)
+    print(f"{cell.label}: {'failed: ' + outcome.failed[0][1] if outcome.failed else 'done'} (cell {cell.key})")
+    print(f"store: {path}")
+    _report_sink(sink)
+    return 1 if outcome.failed else 0
+
+
+def cmd_sweep_wandb_config(args) -> int:
+    import yaml
+
+    from qdrift.sweep.wandb_sweep import wandb_sweep_config
+
+    sweep, path = _load(args)
+    config = wandb_sweep_config(sweep, _resolved(args.file), path)
+    text = ("# W&B sweep configuration for qdrift sweep " + sweep.name + ": every agent run is one cell.\n"
+            "#   wandb sweep THIS_FILE   then   wandb agent ENTITY/PROJECT/SWEEP_ID\n"
+            + yaml.safe_dump(config, sort_keys=False))
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"W&B sweep configuration: {args.out} ({_grid_size(config)} runs, one per cell)")
+    else:
+        print(text, end="")
+    return 0
+
+
+def _resolved(ref: str) -> Path:
+    from qdrift.sweep import resolve_sweep_file
+
+    return resolve_sweep_file(ref)
+
+
+def _grid_size(config: dict) -> int:
+    n = 1
+    for p in config["parameters"].values():
+        n *= len(p["values"])
+    return n
+
+
+def _add_wandb_flags(p) -> None:
+    p.add_argument("--wandb", metavar="PROJECT", help="log each finished cell to this W&B project "
+                   "(overrides the file's wandb block)")
+    p.add_argument("--wandb-entity", help="W&B entity (team or user)")
+    p.add_argument("--wandb-mode", choices=["online", "offline"],
+                   help="default: offline unless an API key is configured (WANDB_API_KEY or ~/.netrc)")
+    p.add_argument("--wandb-dir", help="where the wandb/ run folders go (default: beside the store)")
 
 
 def cmd_sweep_status(args) -> int:
@@ -81,7 +191,24 @@ def add_parser(sub) -> None:
     run.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
     run.add_argument("--threads", type=int, help="torch CPU threads (overrides the file's 'threads')")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_wandb_flags(run)
     run.set_defaults(func=cmd_sweep_run)
+    cell = ssub.add_parser("cell", help="run one cell of the sweep into the store (what a `wandb agent` run does)")
+    cell.add_argument("file", help="sweep YAML file, or 'default'")
+    cell.add_argument("--model", required=True, help="one of the file's models")
+    cell.add_argument("--spec", required=True, help="one of the file's specs, or 'baseline'")
+    cell.add_argument("--task", required=True, help="a task name (or #INDEX), or NAME@HORIZON")
+    cell.add_argument("--horizon", type=int, help="the horizon, for agent tasks")
+    cell.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
+    cell.add_argument("--threads", type=int, help="torch CPU threads (overrides the file's 'threads')")
+    cell.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_wandb_flags(cell)
+    cell.set_defaults(func=cmd_sweep_cell, under_agent=True)
+    wc = ssub.add_parser("wandb-config", help="a W&B sweep configuration (grid) whose agent runs are the cells")
+    wc.add_argument("file", help="sweep YAML file, or 'default'")
+    wc.add_argument("--store", help="the store the agent runs commit to (default: <sweep name>.sqlite)")
+    wc.add_argument("--out", help="write the YAML here (default: print it)")
+    wc.set_defaults(func=cmd_sweep_wandb_config)
     st = ssub.add_parser("status", help="list the sweep's cells: done, failed (with the error) or pending")
     st.add_argument("file", help="sweep YAML file, or 'default'")
     st.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")

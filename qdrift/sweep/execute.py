@@ -80,8 +80,13 @@ def unique_cells(sweep: Sweep) -> list[Cell]:
     return out
 
 
-def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True) -> SweepOutcome:
-    """Run every cell of `sweep` not already done in `store` (failed ones are retried)."""
+def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True,
+              on_result: Callable[[CellResult], None] | None = None) -> SweepOutcome:
+    """Run every cell of `sweep` not already done in `store` (failed ones are retried).
+
+    `on_result` (e.g. a W&B sink) sees each result after it is committed to the store, so a sink
+    that fails never costs a measured cell.
+    """
     if executor is None:
         from qdrift.sweep.runners import CellRunner
 
@@ -100,6 +105,8 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
                 store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished)
                 outcome.failed.append((cell.label, result.error.splitlines()[0]))
                 bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
+            if on_result is not None:
+                on_result(result)
             bar.update(1)
     finally:
         bar.close()

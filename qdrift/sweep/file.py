@@ -17,6 +17,11 @@
         options: {num_fewshot: 5}       # optional, passed to the runner
     batch: 50                           # optional, episodes in lockstep
     threads: 2                          # optional, torch CPU threads
+    wandb:                              # optional: log each finished cell to Weights & Biases
+      project: qdrift                   # required in the block
+      entity: my-team                   # optional
+      mode: offline                     # optional, online | offline (default: offline unless an API key is set)
+      dir: runs/                        # optional, where wandb/ goes (default: beside the store)
 
 Every problem is reported at once, each with the file, its line, the field, the value and the
 valid choices.
@@ -34,10 +39,12 @@ import yaml
 from qdrift.sweep.lines import LineDict, LineList, load_yaml
 
 BASELINE = "baseline"
-TOP_KEYS = ("name", "description", "models", "specs", "tasks", "batch", "threads")
+TOP_KEYS = ("name", "description", "models", "specs", "tasks", "batch", "threads", "wandb")
 AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens")
 SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
 KINDS = ("agent", "short_form")
+WANDB_KEYS = ("project", "entity", "mode", "dir")
+WANDB_MODES = ("online", "offline")
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,20 @@ class ShortFormTask:
 
 
 @dataclass(frozen=True)
+class WandbOptions:
+    """Where and how cells are logged to W&B (`mode` None: offline unless an API key is configured)."""
+
+    project: str | None  # None: wandb's own default (WANDB_PROJECT, as under `wandb agent`)
+    entity: str | None = None
+    mode: str | None = None
+    dir: str | None = None
+
+    def __post_init__(self):
+        if self.mode is not None and self.mode not in WANDB_MODES:
+            raise ValueError(f"W&B mode must be one of {', '.join(WANDB_MODES)}, got {self.mode!r}")
+
+
+@dataclass(frozen=True)
 class Sweep:
     name: str
     models: tuple[str, ...]
@@ -77,6 +98,7 @@ class Sweep:
     threads: int | None = None
     description: str = ""
     source: str = field(default="<string>", compare=False)
+    wandb: WandbOptions | None = None
 
 
 class SweepError(ValueError):
@@ -148,9 +170,33 @@ def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep"
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         c.error(data.line_of("name"), f"name: must be a non-empty string, got {name!r}")
+    wandb = _wandb(c, data)
     if c.problems:
         raise SweepError(source, c.problems)
-    return Sweep(name, models, specs, tasks, batch, threads, str(data.get("description", "")), source)
+    return Sweep(name, models, specs, tasks, batch, threads, str(data.get("description", "")), source, wandb)
+
+
+def _wandb(c: _Checker, data: LineDict) -> WandbOptions | None:
+    if "wandb" not in data:
+        return None
+    block = data["wandb"]
+    if not isinstance(block, LineDict):
+        c.error(data.line_of("wandb"), f"wandb: must be a mapping with keys {', '.join(WANDB_KEYS)}, got {block!r}")
+        return None
+    c.keys(block, WANDB_KEYS, "wandb.")
+    values = {}
+    for key in WANDB_KEYS:
+        value = block.get(key)
+        if key in block and (not isinstance(value, str) or not value):
+            c.error(block.line_of(key), f"wandb.{key}: must be a non-empty string, got {value!r}")
+        values[key] = value
+    if "project" not in block:
+        c.error(data.line_of("wandb"), "wandb: missing required key 'project' (the W&B project the cells log to)")
+    if values["mode"] is not None and values["mode"] not in WANDB_MODES:
+        c.error(block.line_of("mode"), f"wandb.mode: unknown mode {values['mode']!r}{_hint(values['mode'], WANDB_MODES)}; "
+                                       f"valid modes: {', '.join(WANDB_MODES)}")
+        return None
+    return WandbOptions(**values)
 
 
 def _string_list(c: _Checker, data: LineDict, key: str) -> list[tuple[int, str]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -46,12 +47,18 @@ class CellWorker:
     """One Ray actor: a cell runner (and its model cache) kept for every cell this worker runs."""
 
     def __init__(self, make_runner: RunnerFactory, threads: int):
-        import torch
-
-        torch.set_num_threads(threads)  # explicit: the worker's share of the machine, not torch's guess
+        # The worker's share of the machine, set explicitly rather than left to torch's guess: through
+        # the environment for a torch imported later (as the cell runner does), directly for one
+        # already imported. Importing torch here would cost a runner that never uses it seconds.
+        self.threads = threads
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(threads)
         self.runner = make_runner()
 
     def run(self, cell: Cell) -> CellResult:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
         return run_cell(self.runner, cell)
 
 
@@ -80,10 +87,7 @@ class RayExecutor:
         started_here = self._connect(ray)
         actors: list = []
         try:
-            cpus = int(ray.cluster_resources().get("CPU", 0))
-            n = min(self.workers or max(cpus // self.threads, 1), len(cells))
-            if cpus < self.threads:
-                raise RuntimeError(f"the Ray cluster has {cpus} CPU(s); a worker needs threads={self.threads}")
+            n = min(self._worker_count(ray), len(cells))
             actors = [self._new_actor(ray) for _ in range(n)]
             holds: list[tuple[str, str] | None] = [None] * n  # the (model, spec) each worker last ran
             pending, idle = list(cells), list(range(n))
@@ -132,6 +136,17 @@ class RayExecutor:
                 shutil.rmtree(temp, ignore_errors=True)
             raise
         return temp
+
+    def _worker_count(self, ray) -> int:
+        """`workers`, or as many as the cluster's CPUs hold; never more than they hold (the rest would wait forever)."""
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        fits = cpus // self.threads
+        if fits < 1:
+            raise RuntimeError(f"the Ray cluster has {cpus} CPU(s); a worker needs threads={self.threads}")
+        if self.workers is not None and self.workers > fits:
+            print(f"qdrift: the Ray cluster's {cpus} CPU(s) hold {fits} worker(s) of {self.threads} thread(s); "
+                  f"running {fits}, not {self.workers}", file=sys.stderr, flush=True)
+        return min(self.workers or fits, fits)
 
     def _new_actor(self, ray):
         # No restarts and no retries: a cell runs once per sweep run; a lost one is recorded as failed.

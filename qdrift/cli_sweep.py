@@ -3,7 +3,8 @@
 The store defaults to `<sweep name>.sqlite` in the current directory; a rerun of the same file
 skips the cells already done and retries the failed ones. `--wandb PROJECT` (or a `wandb:` block
 in the file) logs each finished cell to W&B; `sweep cell` runs one cell, the way a `wandb agent`
-run of the configuration from `sweep wandb-config` does.
+run of the configuration from `sweep wandb-config` does. `--executor ray` runs the cells on Ray
+workers (a local cluster, or `--ray-address`); the store is written by this process either way.
 """
 
 from __future__ import annotations
@@ -60,13 +61,23 @@ def _report_sink(sink) -> None:
 def cmd_sweep_run(args) -> int:
     from qdrift.store import Store
     from qdrift.sweep import run_sweep
+    from qdrift.sweep.execute import executor_for
 
     sweep, path = _load(args)
     if args.threads:
         sweep = replace(sweep, threads=args.threads)
+    executor = args.executor or ("ray" if args.ray_address or args.workers else sweep.executor)
+    if executor == "local" and (args.ray_address or args.workers):
+        raise SystemExit("qdrift: --ray-address and --workers need the ray executor (--executor ray); "
+                         "the local executor runs one cell at a time in this process")
+    sweep = replace(sweep, executor=executor, workers=args.workers or sweep.workers)
+    try:
+        chosen = executor_for(sweep, address=args.ray_address)
+    except ImportError as e:
+        raise SystemExit(f"qdrift: {e}") from None
     with Store(path) as store:
         sink = _sink(args, sweep, store, path)
-        outcome = run_sweep(sweep, store, progress=not args.quiet, on_result=sink)
+        outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
     print(outcome.summary())
     print(f"store: {path}")
     _report_sink(sink)
@@ -183,6 +194,14 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
 def add_parser(sub) -> None:
     s = sub.add_parser("sweep", help="run a YAML grid of models x specs x tasks into a results store")
     ssub = s.add_subparsers(dest="sweep_command", metavar="ACTION", required=True)
@@ -190,6 +209,13 @@ def add_parser(sub) -> None:
     run.add_argument("file", help="sweep YAML file, or 'default' for the shipped organism sweep")
     run.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
     run.add_argument("--threads", type=int, help="torch CPU threads (overrides the file's 'threads')")
+    run.add_argument("--executor", choices=("local", "ray"),
+                     help="run cells one by one in this process (local, the default) or on Ray workers "
+                          "(overrides the file's 'executor')")
+    run.add_argument("--ray-address", metavar="ADDR",
+                     help="join a running Ray cluster ('auto', 'ray://host:10001'); default: start a local one")
+    run.add_argument("--workers", type=_positive, metavar="N",
+                     help="Ray workers running cells at once (default: the file's 'workers', else one per CPU)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_wandb_flags(run)
     run.set_defaults(func=cmd_sweep_run)

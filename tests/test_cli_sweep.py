@@ -36,3 +36,21 @@ def test_run_refuses_a_bad_file_before_any_cell_with_the_line(tmp_path):
     with pytest.raises(SystemExit, match=r"s.yaml:3: specs: bad spec 'w3x'"):
         main(["sweep", "run", str(sweep), "--store", str(tmp_path / "s.sqlite")])
     assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--executor", "local", "--workers", "2"], "--ray-address and --workers need the ray executor"),
+    (["--executor", "local", "--ray-address", "auto"], "--ray-address and --workers need the ray executor"),
+])
+def test_run_refuses_ray_options_with_the_local_executor(tmp_path, args, message):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(TEXT)
+    with pytest.raises(SystemExit, match=message):
+        main(["sweep", "run", str(sweep), "--store", str(tmp_path / "s.sqlite"), *args])
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_workers_must_be_a_positive_integer(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "run", "default", "--workers", "0"])
+    assert "--workers: must be an integer >= 1, got '0'" in capsys.readouterr().err

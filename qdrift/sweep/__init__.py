@@ -4,7 +4,8 @@
     with Store("results.sqlite") as store:
         run_sweep(sweep, store)                 # skips cells already done, records failures, goes on
 
-`qdrift sweep run FILE`, `qdrift sweep status FILE` and `qdrift compare --store PATH` are the
+`executor: ray` in the file (or `RayExecutor`, or `qdrift sweep run FILE --executor ray`) runs the
+cells on Ray workers. `qdrift sweep run FILE`, `qdrift sweep status FILE` and `qdrift compare --store PATH` are the
 command-line forms. `default_sweep()` is the shipped organism sweep (`default.yaml`).
 """
 
@@ -16,8 +17,9 @@ from pathlib import Path
 from qdrift.sweep.cells import Cell, expand
 from qdrift.sweep.execute import CellResult, Executor, LocalExecutor, SweepOutcome, run_sweep, unique_cells
 from qdrift.sweep.file import AgentTask, ShortFormTask, Sweep, SweepError, load_sweep, parse_sweep
+from qdrift.sweep.ray_executor import RayExecutor
 
-__all__ = ["AgentTask", "Cell", "CellResult", "Executor", "LocalExecutor", "ShortFormTask", "Sweep", "SweepError",
+__all__ = ["AgentTask", "Cell", "CellResult", "Executor", "LocalExecutor", "RayExecutor", "ShortFormTask", "Sweep", "SweepError",
            "SweepOutcome", "default_sweep_path", "expand", "load_sweep", "parse_sweep", "resolve_sweep_file",
            "run_sweep", "unique_cells"]
 

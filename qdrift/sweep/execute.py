@@ -1,9 +1,10 @@
 """Run a sweep's cells and record each one in the store as soon as it finishes.
 
 The executor interface is one call, `submit(cells, on_start) -> iterator of CellResult`, in any
-order: the in-process `LocalExecutor` runs cells one after another; a distributed executor (Ray)
-can implement the same call. Only the driver (`run_sweep`) writes to the store, one transaction per
-finished cell, so whichever executor runs the cells, a crash loses at most the cells in flight.
+order: the in-process `LocalExecutor` runs cells one after another; `RayExecutor`
+(`qdrift.sweep.ray_executor`) runs them on a Ray cluster. Only the driver (`run_sweep`) writes to
+the store, one transaction per finished cell, so whichever executor runs the cells, a crash loses
+at most the cells in flight.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from qdrift.store import Store
@@ -35,6 +37,16 @@ class Executor(Protocol):
         ...
 
 
+def run_cell(runner: Callable[[Cell], dict[str, list[dict]]], cell: Cell) -> CellResult:
+    """Run one cell; an exception becomes a failed result carrying its traceback (the sweep goes on)."""
+    started = time.time()
+    try:
+        rows, error = runner(cell), None
+    except Exception as e:
+        rows, error = None, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
+    return CellResult(cell, rows, error, started, time.time())
+
+
 class LocalExecutor:
     """Cells one by one in this process, through `runner` (cell -> {row kind: rows})."""
 
@@ -50,12 +62,7 @@ class LocalExecutor:
         for cell in cells:
             if on_start:
                 on_start(cell)
-            started = time.time()
-            try:
-                rows, error = self.runner(cell), None
-            except Exception as e:  # a failing cell is recorded and the sweep goes on
-                rows, error = None, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
-            yield CellResult(cell, rows, error, started, time.time())
+            yield run_cell(self.runner, cell)
 
 
 @dataclass
@@ -80,6 +87,21 @@ def unique_cells(sweep: Sweep) -> list[Cell]:
     return out
 
 
+def executor_for(sweep: Sweep, address: str | None = None) -> Executor:
+    """The executor the sweep names (`executor:`, `workers:`, `threads:`); `address` is a Ray cluster's."""
+    from qdrift.sweep.runners import CellRunner
+
+    if sweep.executor == "ray":
+        from qdrift.sweep.ray_executor import RayExecutor
+
+        return RayExecutor(partial(CellRunner, batch=sweep.batch), workers=sweep.workers,
+                           threads=sweep.threads or 1, address=address)
+    if address is not None:
+        raise ValueError(f"a Ray address ({address!r}) needs the ray executor; this sweep's executor is "
+                         f"{sweep.executor!r}")
+    return LocalExecutor(CellRunner(batch=sweep.batch), threads=sweep.threads)
+
+
 def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True,
               on_result: Callable[[CellResult], None] | None = None) -> SweepOutcome:
     """Run every cell of `sweep` not already done in `store` (failed ones are retried).
@@ -88,9 +110,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     that fails never costs a measured cell.
     """
     if executor is None:
-        from qdrift.sweep.runners import CellRunner
-
-        executor = LocalExecutor(CellRunner(batch=sweep.batch), threads=sweep.threads)
+        executor = executor_for(sweep)
     cells = unique_cells(sweep)
     pending = [c for c in cells if store.status(c.key) != "done"]
     outcome = SweepOutcome(len(cells), len(cells) - len(pending))

@@ -16,7 +16,9 @@
         limit: 200                      # optional
         options: {num_fewshot: 5}       # optional, passed to the runner
     batch: 50                           # optional, episodes in lockstep
-    threads: 2                          # optional, torch CPU threads
+    threads: 2                          # optional, torch CPU threads (per worker under Ray)
+    executor: ray                       # optional: 'local' (the default, cells one by one) or 'ray'
+    workers: 4                          # optional, Ray workers running cells at once (executor: ray)
     wandb:                              # optional: log each finished cell to Weights & Biases
       project: qdrift                   # required in the block
       entity: my-team                   # optional
@@ -39,12 +41,13 @@ import yaml
 from qdrift.sweep.lines import LineDict, LineList, load_yaml
 
 BASELINE = "baseline"
-TOP_KEYS = ("name", "description", "models", "specs", "tasks", "batch", "threads", "wandb")
+TOP_KEYS = ("name", "description", "models", "specs", "tasks", "batch", "threads", "executor", "workers", "wandb")
 AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens")
 SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
 KINDS = ("agent", "short_form")
 WANDB_KEYS = ("project", "entity", "mode", "dir")
 WANDB_MODES = ("online", "offline")
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ class Sweep:
     threads: int | None = None
     description: str = ""
     source: str = field(default="<string>", compare=False)
+    # How the cells run, not what they measure: neither enters a cell's key.
+    executor: str = "local"
+    workers: int | None = None
     wandb: WandbOptions | None = None
 
 
@@ -167,13 +173,22 @@ def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep"
     tasks = _tasks(c, data)
     batch = c.int_field(data, "batch", "", 1, 50)
     threads = c.int_field(data, "threads", "", 1, None)
+    executor = data.get("executor", "local")
+    if executor not in EXECUTORS:
+        c.error(data.line_of("executor"), f"executor: unknown executor {executor!r}{_hint(executor, EXECUTORS)}; "
+                                          f"valid executors: {', '.join(EXECUTORS)}")
+    workers = c.int_field(data, "workers", "", 1, None)
+    if workers is not None and executor == "local":
+        c.error(data.line_of("workers"), "workers: the local executor runs one cell at a time; "
+                                         "set 'executor: ray' to run cells on several workers")
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         c.error(data.line_of("name"), f"name: must be a non-empty string, got {name!r}")
     wandb = _wandb(c, data)
     if c.problems:
         raise SweepError(source, c.problems)
-    return Sweep(name, models, specs, tasks, batch, threads, str(data.get("description", "")), source, wandb)
+    return Sweep(name, models, specs, tasks, batch, threads, str(data.get("description", "")), source,
+                 executor, workers, wandb)
 
 
 def _wandb(c: _Checker, data: LineDict) -> WandbOptions | None:

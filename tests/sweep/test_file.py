@@ -42,6 +42,10 @@ def test_a_good_file_parses_to_canonical_specs_and_held_out_seeds():
     ("    seeds: 2", "    seeds: 2\n    knobs: {nope: 1}", 11, "unknown knob 'nope' for ledger; valid knobs:"),
     ("    seeds: 2", "    seeds: 2\n    horizon: 3", 11, "tasks[0].unknown key 'horizon' (did you mean 'horizons'?)"),
     ("  - kind: agent", "  - kind: agnet", 7, "unknown kind 'agnet' (did you mean 'agent'?); valid kinds: agent, short_form"),
+    ("name: t", "name: t\nexecutor: rya", 2, "executor: unknown executor 'rya' (did you mean 'ray'?); valid executors: local, ray"),
+    ("name: t", "name: t\nexecutor: ray\nworkers: 0", 3, "workers: must be an integer >= 1, got 0"),
+    ("name: t", "name: t\nworkers: 4", 2, "workers: the local executor runs one cell at a time; set 'executor: ray'"),
+    ("name: t", "name: t\nexecuter: ray", 2, "unknown key 'executer' (did you mean 'executor'?)"),
 ])
 def test_each_error_names_the_line_the_value_and_the_choices(old, new, line, message):
     assert old in GOOD
@@ -79,6 +83,17 @@ def test_the_shipped_default_sweep_is_found_and_valid():
     assert resolve_sweep_file("default") == default_sweep_path()
     sweep = load_sweep(default_sweep_path())
     assert sweep.models == ("organism",) and sweep.specs[0] == "baseline" and len(sweep.specs) == 5
-    assert sweep.tasks[0].env == "pointer_chase" and sweep.tasks[0].horizons == (1, 16, 64)
+    agents = [t for t in sweep.tasks if t.kind == "agent"]
+    assert agents and all(max(t.horizons) >= 64 for t in agents)
+    assert {t.task for t in sweep.tasks if t.kind == "short_form"} == {"organism_keys_mc", "organism_keys_gen"}
     with pytest.raises(FileNotFoundError, match="shipped sweep name"):
         resolve_sweep_file("nope.yaml")
+
+
+def test_executor_and_workers_are_read_and_leave_the_cells_unchanged():
+    from qdrift.sweep import unique_cells
+
+    sweep = parse_sweep("executor: ray\nworkers: 3\n" + GOOD)
+    assert (sweep.executor, sweep.workers) == ("ray", 3)
+    assert (parse_sweep(GOOD).executor, parse_sweep(GOOD).workers) == ("local", None)
+    assert [c.key for c in unique_cells(sweep)] == [c.key for c in unique_cells(parse_sweep(GOOD))]

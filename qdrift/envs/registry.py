@@ -31,6 +31,7 @@ BUILTIN: dict[str, tuple[str, str]] = {
     "graph_nav": ("graph_nav.py", "GraphNav"),
     "file_system": ("file_system.py", "FileSystem"),
     "dict_sum": ("dict_sum.py", "DictSum"),
+    "bfcl_multi_turn": ("bfcl_multi_turn.py", "BFCLMultiTurn"),  # needs bfcl-eval (qdrift/bfcl/PROVENANCE.md)
 }
 
 _REQUIRED = ("tools", "reset", "oracle", "step", "success")

@@ -10,13 +10,15 @@ def cmd_bfcl(args) -> int:
     import torch
 
     import qdrift
-    from qdrift.bfcl.data import SINGLE_CALL, BFCLNotInstalled, package_dir
+    from qdrift.bfcl.data import SINGLE_CALL, BFCLNotInstalled, category_stem, package_dir
     from qdrift.bfcl.shortform import rates, run_bfcl
     from qdrift.cli_agents import load_model
     from qdrift.spec import QuantSpec
 
-    if args.category not in SINGLE_CALL:
-        raise SystemExit(f"qdrift: unsupported --category {args.category!r}; valid: {', '.join(SINGLE_CALL)}")
+    try:
+        category_stem(args.category, SINGLE_CALL)
+    except (ValueError, NotImplementedError) as e:
+        raise SystemExit(f"qdrift: {e}") from None
     try:
         package_dir()
     except BFCLNotInstalled as e:

@@ -5,6 +5,7 @@ decodes ~28 tok/s on two CPU cores) through `qdrift.bfcl.shortform.run_bfcl` for
 greedy turn per item, and prints the three rates side by side with wall time.
 
     PYTHONPATH=. python bench/bfcl_models.py
+    PYTHONPATH=. python bench/bfcl_models.py --prefill          # call opening prefilled
     PYTHONPATH=. python bench/bfcl_models.py --models organism --limit 100 --spec w4g32-a16-kv:16
 
 Needs bfcl-eval (`pip install --no-deps "bfcl-eval==2026.3.23"`) and, for SmolLM2,
@@ -21,6 +22,7 @@ import torch
 
 import qdrift
 from qdrift.bfcl.shortform import rates, run_bfcl
+from qdrift.envs.prompting import tool_prompt_for
 from qdrift.models.refs import load_model_ref
 
 
@@ -32,6 +34,8 @@ def main() -> None:
     ap.add_argument("--spec", default=None, help="quantize every model with this spec (default: unquantized)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prefill", action="store_true",
+                    help="prefill the call opening (e.g. '<tool_call>\\n') in every assistant turn, as bench/smollm2_agents.py does")
     ap.add_argument("--out", help="write every item row here (JSON lines)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -45,7 +49,8 @@ def main() -> None:
             qdrift.quantize(model, args.spec, keep_original=False)
         load_s = time.time() - t0
         t0 = time.time()
-        rows = run_bfcl(model, tok, args.category, args.limit, max_new_tokens=args.max_new_tokens)
+        prompt = tool_prompt_for(tok, prefill_opening=args.prefill)
+        rows = run_bfcl(model, tok, args.category, args.limit, prompt=prompt, max_new_tokens=args.max_new_tokens)
         run_s = time.time() - t0
         all_rows += [{**r, "model": ref, "spec": args.spec or "baseline"} for r in rows]
         table.append((ref, rates(rows), rows[0]["tool_prompt"], load_s, run_s))

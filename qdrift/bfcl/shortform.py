@@ -58,7 +58,7 @@ def score_turn(item: dict, raw: str, parsed: ParsedTurn, category: str) -> dict:
     checks = [schemas.check(c) for c in calls]
     schema_valid = json_valid and all(err is None for _, err in checks)
     verdict = ast_match(item["functions"], calls, item["answers"], category) if json_valid else None
-    error = parsed.error or next((err for _, err in checks if err), None) or (verdict.error if verdict else None)
+    error = parsed.error or next((err for _, err in checks if err), None) or (verdict.error if verdict is not None else None)
     if not calls and error is None:
         error = "no tool call in the turn"
     return {"json_valid": json_valid, "schema_valid": schema_valid, "ast_match": bool(verdict),

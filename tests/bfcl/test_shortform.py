@@ -65,6 +65,7 @@ def test_scores_of_a_right_a_mistyped_and_a_broken_turn():
     assert "expected integer" in typed["error"]
     wrong = score('<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"base": 11, "height": 5}}\n</tool_call>')
     assert (wrong["json_valid"], wrong["schema_valid"], wrong["ast_match"]) == (True, True, False)
+    assert "parameter 'base': 11 is not one of [10]" in wrong["error"]
     broken = score('<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"base": 10,\n</tool_call>')
     assert (broken["json_valid"], broken["schema_valid"], broken["ast_match"]) == (False, False, False)
     text = score("The area is 25.")

@@ -32,6 +32,11 @@ BUILTIN: dict[str, tuple[str, str]] = {
     "file_system": ("file_system.py", "FileSystem"),
     "dict_sum": ("dict_sum.py", "DictSum"),
 }
+# Loadable by name too, but not built-ins (which every test and the organism's evaluation run):
+# they need an optional package (bfcl_multi_turn: bfcl-eval, see qdrift/bfcl/PROVENANCE.md).
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "bfcl_multi_turn": ("bfcl_multi_turn.py", "BFCLMultiTurn"),
+}
 
 _REQUIRED = ("tools", "reset", "oracle", "step", "success")
 _cache: dict[tuple[str, int], Any] = {}
@@ -108,16 +113,17 @@ def load_environment(ref: str):
         if not file_part or not class_name:
             raise ValueError(f"path reference must look like 'path/to/file.py@ClassName', got {ref!r}")
         return _load_class(Path(file_part).expanduser(), class_name, ref)
-    if ref not in BUILTIN:
-        close = difflib.get_close_matches(ref, BUILTIN, n=1)
+    named = {**BUILTIN, **OPTIONAL}
+    if ref not in named:
+        close = difflib.get_close_matches(ref, named, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"Unknown environment '{ref}'.{hint} Available: {', '.join(available())}")
+        raise ValueError(f"Unknown environment '{ref}'.{hint} Available: {', '.join(available() + sorted(OPTIONAL))}")
     folder = agents_dir()
     if not folder.is_dir():
         raise FileNotFoundError(
             f"built-in environments live in the repository's agents/ folder, expected at {folder}, which does not "
             "exist (qdrift installed without its repository?); use a path reference 'path/to/file.py@ClassName'")
-    file_name, class_name = BUILTIN[ref]
+    file_name, class_name = named[ref]
     return _load_class(folder / file_name, class_name, ref)
 
 

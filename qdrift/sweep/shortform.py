@@ -24,7 +24,7 @@ from typing import Any
 ShortFormRunner = Callable[[Any, Any, Any], list[dict]]
 
 # name -> the module that registers it when imported
-PROVIDERS: dict[str, str] = {"lmeval": "qdrift.lmeval.sweep"}
+PROVIDERS: dict[str, str] = {"lmeval": "qdrift.lmeval.sweep", "bfcl": "qdrift.bfcl.sweep"}
 _RUNNERS: dict[str, ShortFormRunner] = {}
 REQUIRED_FIELDS = ("item", "correct")
 

@@ -1,0 +1,103 @@
+"""BFCL multi-turn as an agent environment: ground-truth replay succeeds, mistakes are scored steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from qdrift.envs.base import Environment, ToolCall
+from tests.bfcl.conftest import requires_bfcl
+
+pytestmark = requires_bfcl
+
+
+def env(entry, horizon=99, category="multi_turn_base"):
+    from qdrift.envs.registry import make_environment
+
+    return make_environment("bfcl_multi_turn", horizon, 0, entry=entry, category=category)
+
+
+def replay(e):
+    results = []
+    while not e.done:
+        results.append(e.step(e.oracle()))
+    return results
+
+
+@pytest.mark.parametrize("entry", [0, 60, 120, 180])
+def test_replaying_the_ground_truth_scores_every_step_correct_and_succeeds(entry):
+    e = env(entry)
+    assert isinstance(e, Environment)
+    results = replay(e)
+    assert len(results) == e.horizon == sum(len(t) for t in e.truth_turns)
+    assert all(r.correct and r.valid for r in results)
+    assert e.success() and all(v["valid"] for v in e.turn_verdicts)
+
+
+def test_long_context_replay_succeeds():
+    e = env(5, category="multi_turn_long_context")
+    assert all(r.correct for r in replay(e)) and e.success()
+
+
+def test_a_wrong_call_is_a_scored_incorrect_step_and_fails_bfcls_check():
+    e = env(0)  # multi_turn_base_0: first call cd(folder='document')
+    first = e.oracle()
+    assert first == ToolCall("cd", {"folder": "document"})
+    r = e.step(ToolCall("cd", {"folder": "archive"}))
+    assert r.valid and not r.correct and "expected" in r.error
+    replay(e)
+    assert not e.success() and not e.turn_verdicts[0]["valid"]
+
+
+def test_unparseable_and_unknown_calls_are_invalid_steps_not_crashes():
+    e = env(0)
+    r = e.step(None)
+    assert not r.valid and not r.correct and r.observation.startswith("error: no tool call")
+    r = e.step(ToolCall("rm_everything", {}))
+    assert not r.valid and "unknown tool" in r.observation
+
+
+def test_positional_ground_truth_is_named_from_the_backend_signature():
+    e = env(0)
+    assert ToolCall("sort", {"file_name": "final_report.pdf"}) in e.flat_truth  # sort('final_report.pdf')
+
+
+def test_default_arguments_count_as_given():
+    e = env(1)  # multi_turn_base_1 starts with ls(a=True)
+    assert e.oracle() == ToolCall("ls", {"a": True})
+    assert not e.step(ToolCall("ls", {})).correct  # a defaults to False
+    e.reset()
+    assert e.step(ToolCall("ls", {"a": True})).correct
+
+
+def test_horizon_caps_the_user_turns_and_seed_picks_the_entry():
+    from qdrift.bfcl.multi_turn import load_multi_turn
+
+    entries = load_multi_turn()
+    e = env(0, horizon=1)
+    assert len(e.turns) == 1 and e.horizon == len(e.truth_turns[0])
+    assert replay(e)[-1].done and e.success()
+    from qdrift.envs.registry import make_environment
+
+    assert make_environment("bfcl_multi_turn", 2, 1_000_003).entry["id"] == entries[1_000_003 % len(entries)]["id"]
+    with pytest.raises(ValueError, match="entry must be an integer in 0..196"):
+        env(500)
+
+
+def test_entries_without_calls_or_with_an_invalid_ground_truth_are_left_out():
+    from qdrift.bfcl.multi_turn import load_multi_turn
+
+    ids = {e["id"] for e in load_multi_turn()}
+    assert len(ids) == 197 and "multi_turn_base_173" not in ids and "multi_turn_base_0" in ids
+
+
+def test_episode_runner_drives_it_with_the_organism():
+    from qdrift.backends.hf import HFPolicy
+    from qdrift.envs.prompting import tool_prompt_for
+    from qdrift.envs.runner import run_episodes
+    from qdrift.organism import load_organism
+
+    model, tok = load_organism()
+    e = env(0, horizon=1)
+    episodes, steps = run_episodes(HFPolicy(model, tok, tool_prompt_for(tok), max_new_tokens=24), [e])
+    assert len(steps) == e.horizon and episodes[0].steps == e.horizon
+    assert all(s.oracle and s.env == "bfcl_multi_turn" for s in steps)

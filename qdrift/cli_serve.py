@@ -11,6 +11,11 @@ import time
 
 
 def cmd_serve(args) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(f"qdrift: serving needs fastapi and uvicorn ({e}); pip install 'qdrift[serve]'") from None
     import torch
 
     from qdrift.models.refs import check_model_ref

@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     from qdrift.cli_bfcl import add_parser as add_bfcl
 
     add_bfcl(sub)
+    from qdrift.cli_serve import add_parser as add_serve
+
+    add_serve(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p

@@ -1,0 +1,173 @@
+"""The FastAPI app: OpenAI's /v1/chat/completions and /v1/models around one ServedModel.
+
+One model, one request at a time: generation holds a lock for the whole turn (a streamed turn
+holds it until its last token), so concurrent requests queue and every turn runs exactly as it
+would alone. Every response names what was measured: `system_fingerprint` is
+qdrift-<version>-<spec hash> and the `x-qdrift-spec` header carries the spec string.
+
+Streaming: without tools, content is sent token by token. With tools, the turn's text is sent
+once it is complete, because until then it is unknown whether text is content or call markup;
+the chunks are still OpenAI's (role, content and tool_calls deltas, finish_reason, usage, [DONE]).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from qdrift.serve.generation import PreparedTurn, RequestError, ServedModel, StepToken, Turn
+from qdrift.serve.messages import MessageError
+from qdrift.serve.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Choice,
+    ChoiceLogprobs,
+    FunctionCall,
+    ResponseMessage,
+    TokenLogprob,
+    ToolCallOut,
+    TopLogprob,
+    Usage,
+    error_body,
+)
+
+SPEC_HEADER = "x-qdrift-spec"
+
+
+def _describe_errors(errors) -> tuple[str, str | None]:
+    parts, param = [], None
+    for err in errors:
+        where = ""
+        for x in err.get("loc", ()):
+            if isinstance(x, int):
+                where += f"[{x}]"
+            # pydantic names the union member it tried ("str", "list[TextPart]"): not part of the path
+            elif x != "body" and not str(x).startswith(("list[", "str", "function-after", "literal[")):
+                where += f".{x}" if where else str(x)
+        param = param or where or None
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field (not part of the chat-completions request qdrift serves)"
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(dict.fromkeys(parts)), param
+
+
+def _logprobs(served: ServedModel, tokens: list[StepToken]) -> ChoiceLogprobs:
+    def entry(tid: int, lp: float) -> dict:
+        text = served.tokenizer.decode([tid], skip_special_tokens=False)
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return ChoiceLogprobs(content=[
+        TokenLogprob(**entry(t.id, t.logprob), top_logprobs=[TopLogprob(**entry(i, lp)) for i, lp in t.top])
+        for t in tokens])
+
+
+def _tool_calls(turn: Turn) -> list[ToolCallOut]:
+    return [ToolCallOut(id=cid, function=FunctionCall(name=c.name, arguments=json.dumps(c.arguments, ensure_ascii=False)))
+            for cid, c in zip(turn.call_ids, turn.calls, strict=True)]
+
+
+def _usage(turn: Turn) -> Usage:
+    return Usage(prompt_tokens=turn.prompt_tokens, completion_tokens=turn.completion_tokens,
+                 total_tokens=turn.prompt_tokens + turn.completion_tokens)
+
+
+def create_app(served: ServedModel) -> FastAPI:
+    """The app serving `served`; run it with uvicorn (qdrift.serve.run) or any ASGI server."""
+    app = FastAPI(title="qdrift serve", version="1")
+    lock = threading.Lock()
+    spec_label = served.spec or "baseline"
+
+    @app.middleware("http")
+    async def tag_spec(request: Request, call_next):
+        response = await call_next(request)
+        response.headers[SPEC_HEADER] = spec_label
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_request: Request, exc: RequestValidationError):
+        message, param = _describe_errors(exc.errors())
+        return JSONResponse(error_body(f"invalid request: {message}", param), status_code=400)
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"object": "list", "data": [{"id": served.name, "object": "model", "created": 0,
+                                            "owned_by": "qdrift", "qdrift_spec": spec_label}]}
+
+    @app.post("/v1/chat/completions")
+    def chat_completions(request: ChatCompletionRequest):
+        if request.model is not None and request.model != served.name:
+            return JSONResponse(error_body(f"model {request.model!r} is not served here; this server serves "
+                                           f"{served.name!r} (GET /v1/models)", "model", code="model_not_found"),
+                                status_code=404)
+        try:
+            turn = served.prepare(request)
+        except (RequestError, MessageError) as e:
+            return JSONResponse(error_body(str(e), e.param), status_code=400)
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if request.stream:
+            include_usage = bool(request.stream_options and request.stream_options.include_usage)
+            return StreamingResponse(_stream(served, lock, turn, rid, created, include_usage),
+                                     media_type="text/event-stream")
+        with lock:
+            tokens = list(served.decode(turn))
+        result = served.finish(turn, tokens)
+        message = ResponseMessage(content=result.content, tool_calls=_tool_calls(result) or None)
+        choice = Choice(message=message, finish_reason=result.finish_reason,
+                        logprobs=_logprobs(served, tokens) if turn.sampling.top_logprobs is not None else None)
+        return ChatCompletion(id=rid, created=created, model=served.name, system_fingerprint=served.fingerprint,
+                              choices=[choice], usage=_usage(result)).model_dump()
+
+    return app
+
+
+def _stream(served: ServedModel, lock: threading.Lock, turn: PreparedTurn, rid: str, created: int,
+            include_usage: bool) -> Iterator[str]:
+    want_lp = turn.sampling.top_logprobs is not None
+
+    def chunk(delta: dict, finish: str | None = None, logprobs: list[StepToken] | None = None) -> str:
+        lp = _logprobs(served, logprobs).model_dump() if (want_lp and logprobs) else None
+        body = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": served.name,
+                "system_fingerprint": served.fingerprint,
+                "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    tokens: list[StepToken] = []
+    emitted, sent_lp = "", 0
+    try:
+        with lock:
+            for tok in served.decode(turn):
+                tokens.append(tok)
+                if turn.uses_tools:
+                    continue
+                delta = served.stream_text(turn, tokens, emitted)
+                if delta:
+                    emitted += delta
+                    yield chunk({"content": delta}, logprobs=tokens[sent_lp:])
+                    sent_lp = len(tokens)
+    except Exception as e:  # noqa: BLE001 - the status line is sent; report the failure in the stream
+        yield f"data: {json.dumps(error_body(f'generation failed: {type(e).__name__}: {e}', kind='server_error'))}\n\n"
+        yield "data: [DONE]\n\n"
+        return
+    result = served.finish(turn, tokens)
+    rest = (result.content or "")[len(emitted):] if (result.content or "").startswith(emitted) else ""
+    if rest or (want_lp and sent_lp < len(tokens)):
+        yield chunk({"content": rest} if rest else {}, logprobs=tokens[sent_lp:])
+    for i, call in enumerate(_tool_calls(result)):
+        yield chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function",
+                                     "function": {"name": call.function.name, "arguments": call.function.arguments}}]})
+    yield chunk({}, finish=result.finish_reason)
+    if include_usage:
+        body = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": served.name,
+                "system_fingerprint": served.fingerprint, "choices": [], "usage": _usage(result).model_dump()}
+        yield f"data: {json.dumps(body)}\n\n"
+    yield "data: [DONE]\n\n"

@@ -58,7 +58,8 @@ def verify_endpoints(requests: list[VerifyRequest], reference: tuple[str, ChatEn
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     ref_name, ref = reference
-    check_name(ref_name)
+    for name in (ref_name, *endpoints):
+        check_name(name)
     if ref_name in endpoints:
         raise ValueError(f"the reference {ref_name!r} is also listed as an endpoint; give endpoints other names")
     out_dir = Path(out_dir)

@@ -120,7 +120,9 @@ def plot(analysis: VerifyAnalysis, path: str | Path) -> Path:
         for y, name in enumerate(names):
             r = _get(analysis.comparisons[name], quantity)
             if r["ci_low"] is not None:
-                ax.errorbar(r["estimate"], y, xerr=[[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]],
+                # max(0, .): a degenerate interval can sit a rounding error inside its estimate
+                err = [[max(0.0, r["estimate"] - r["ci_low"])], [max(0.0, r["ci_high"] - r["estimate"])]]
+                ax.errorbar(r["estimate"], y, xerr=err,
                             fmt="o", capsize=3, color="C0")
             else:
                 ax.plot(r["estimate"], y, "o", color="C0")

@@ -194,7 +194,8 @@ def compare_to_reference(endpoint: list[ResponseScore], refs: list[list[Response
         pc = paired_comparison(floor, agreement, alpha=alpha, n_boot=n_boot, seed=seed, margin=margin,
                                a_name="floor", b_name=name)
         rows.append(_copy(pc.row(quantity="difference (CLT)"), "trigger agreement - floor"))
-        rows.append(_copy(pc.row(quantity="difference (bootstrap)"), "trigger agreement - floor (bootstrap)"))
+        if n_boot:
+            rows.append(_copy(pc.row(quantity="difference (bootstrap)"), "trigger agreement - floor (bootstrap)"))
         tests.append(("trigger agreement", pc))
         e_action = np.mean([_same(actions[0], a) for a in actions[1:]], axis=0)
         pa = paired_comparison(_pair_floor(actions[1:]), e_action, alpha=alpha, n_boot=0, a_name="floor",
@@ -235,11 +236,13 @@ def compare_to_reference(endpoint: list[ResponseScore], refs: list[list[Response
 
 
 def _conclusion(tests: list[tuple[str, Any]], margin: float | None, alpha: float) -> str:
-    """'equivalent' when every TOST passes; 'different' when any difference is significant; else 'inconclusive'."""
+    """'equivalent' when every TOST passes (naming any significant difference inside the margin); 'different'
+    when a difference is significant and not shown to be inside the margin; else 'inconclusive'."""
     significant = [label for label, pc in tests if pc.row(quantity="difference (CLT)")["p_value"] < alpha]
     if margin is not None and all(next(r for r in pc.rows if r["quantity"].startswith("TOST"))["p_value"] < alpha
                                   for _, pc in tests):
-        return f"equivalent within ±{margin:g}"
+        inside = f"; a significant difference inside the margin: {', '.join(significant)}" if significant else ""
+        return f"equivalent within ±{margin:g}{inside}"
     if significant:
         return "different: " + ", ".join(significant)
     return "inconclusive" if margin is not None else "no difference detected"

@@ -86,6 +86,9 @@ def test_invalid_arguments_show_in_validity_and_schema_accuracy(requests):
     acc = cmp.row(quantity="schema accuracy (endpoint)")
     assert acc["ci_low"] < 0.8 < acc["ci_high"]
     assert cmp.conclusion == "different: validity"
+    (slight,) = runs(requests, FakeEndpoint("slight", exp, seed=3, p_invalid=0.03))
+    cmp = compare_to_reference(slight, refs, "slight", margin=0.08, n_boot=0)
+    assert cmp.conclusion == "equivalent within ±0.08; a significant difference inside the margin: validity"
 
 
 def test_one_reference_run_reports_without_a_floor(requests):

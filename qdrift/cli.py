@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     from qdrift.cli_serve import add_parser as add_serve
 
     add_serve(sub)
+    from qdrift.cli_verify import add_parser as add_verify
+
+    add_verify(sub)
+    from qdrift.cli_card import add_parser as add_card
+
+    add_card(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p

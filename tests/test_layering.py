@@ -21,6 +21,8 @@ def imported_after(module: str) -> set[str]:
         ("qdrift.stats", {"torch", "transformers", "matplotlib"}),
         ("qdrift.store", {"torch", "transformers", "pandas"}),
         ("qdrift.sweep", {"torch", "transformers"}),
+        ("qdrift.verify.run", {"torch", "transformers", "matplotlib"}),
+        ("qdrift.report.card", {"torch", "transformers", "matplotlib"}),
     ],
 )
 def test_module_does_not_pull_in_heavier_layers(module, forbidden):

@@ -1,0 +1,50 @@
+"""`qdrift card`: write the disclosure card (card.json + card.md) of a served configuration.
+
+    qdrift card --spec 'wfp8e4m3/4g128-afp8e4m3/16-kv:fp8e4m3@unit' --served-model my-model \
+        --verify verify/ --store sweep.sqlite --baseline baseline --out card/
+"""
+
+from __future__ import annotations
+
+
+def cmd_card(args) -> int:
+    from qdrift.report.card import CardError, build_card, write_card
+    from qdrift.report.evidence import long_horizon_from_store, short_form_from_store, tool_calls_from_verify
+    from qdrift.spec import QuantSpec
+    from qdrift.verify.requests import file_sha256
+
+    try:
+        spec = QuantSpec.parse(args.spec)
+    except ValueError as e:
+        raise SystemExit(f"qdrift card: bad --spec: {e}") from None
+    tool_calls, data, short_form, long_horizon = None, [], [], []
+    try:
+        if args.verify:
+            tool_calls, data = tool_calls_from_verify(args.verify, args.verify_endpoint)
+        if args.store:
+            from qdrift.store import Store
+
+            with Store(args.store) as store:
+                short_form = short_form_from_store(store, args.baseline, str(spec), args.store_model)
+                long_horizon = long_horizon_from_store(store, args.baseline, str(spec), args.store_model)
+            data.append({"role": "results store", "path": str(args.store), "sha256": file_sha256(args.store)})
+        card = build_card(spec, args.served_model, tool_calls, short_form, long_horizon, data)
+    except (ValueError, FileNotFoundError, CardError) as e:
+        raise SystemExit(f"qdrift card: {e}") from None
+    js, md = write_card(card, args.out)
+    print(card["precision"]["summary"])
+    print(f"wrote {js} and {md}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("card", help="write the disclosure card (JSON + markdown) of a served configuration")
+    c.add_argument("--spec", required=True, help="the served configuration's spec string")
+    c.add_argument("--served-model", required=True, help="the served model's name")
+    c.add_argument("--verify", help="a `qdrift verify run` output directory (report.json)")
+    c.add_argument("--verify-endpoint", help="which endpoint of that run this card describes (if several)")
+    c.add_argument("--store", help="a sweep results store with the spec and the baseline")
+    c.add_argument("--baseline", default="baseline", help="the baseline config name in the store")
+    c.add_argument("--store-model", help="the model in the store (if it holds several)")
+    c.add_argument("--out", required=True, help="output directory for card.json and card.md")
+    c.set_defaults(func=cmd_card)

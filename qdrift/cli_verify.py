@@ -1,0 +1,113 @@
+"""`qdrift verify`: make a tool-call request file from agent environments, and verify endpoints with it.
+
+    qdrift verify make-requests --env pointer_chase --horizons 1 4 16 --seeds 20 --out requests.jsonl
+    qdrift verify run --requests requests.jsonl --reference ref=http://localhost:8000/v1 \
+        --endpoint fp8=http://localhost:8001/v1 --model M --reference-repeats 3 --margin 0.02 --out verify/
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+
+
+def _named_url(text: str) -> tuple[str, str]:
+    name, sep, url = text.partition("=")
+    if not sep or not name or not url:
+        raise argparse.ArgumentTypeError(f"expected NAME=URL (e.g. ref=http://localhost:8000/v1), got {text!r}")
+    return name, url
+
+
+def make_endpoint(name: str, url: str, model: str, args):
+    """An HTTP endpoint for `url`, from qdrift.backends.openai_client (imported only when needed)."""
+    try:
+        from qdrift.backends.openai_client import OpenAIEndpoint
+    except ImportError as e:
+        raise SystemExit(f"qdrift verify: the HTTP client qdrift.backends.openai_client is not available ({e}); "
+                         "it is needed to reach an endpoint by URL") from None
+    return OpenAIEndpoint(base_url=url, model=model, name=name, timeout_s=args.timeout)
+
+
+def cmd_make_requests(args) -> int:
+    from qdrift.verify.generate import make_requests
+    from qdrift.verify.requests import write_requests
+
+    try:
+        reqs = make_requests(args.env, args.horizons, args.seeds, steps=args.steps)
+    except ValueError as e:
+        raise SystemExit(f"qdrift verify make-requests: {e}") from None
+    path = write_requests(args.out, reqs)
+    kinds: dict[str, int] = {}
+    for r in reqs:
+        kinds[r.meta["kind"]] = kinds.get(r.meta["kind"], 0) + 1
+    print(f"wrote {len(reqs)} requests to {path} ({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import qdrift
+    from qdrift.verify.report import render_text, write_report
+    from qdrift.verify.requests import file_sha256, read_requests
+    from qdrift.verify.run import analyse, verify_endpoints
+
+    try:
+        reqs = read_requests(args.requests)
+        overrides = json.loads(args.extra_body) if args.extra_body else {}
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"qdrift verify run: {e}") from None
+    for key, value in (("temperature", args.temperature), ("max_tokens", args.max_tokens)):
+        if value is not None:
+            overrides[key] = value
+    names = [args.reference[0]] + [n for n, _ in args.endpoint]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"qdrift verify run: endpoint names must be unique, got {names}")
+    ref = (args.reference[0], make_endpoint(*args.reference, args.model, args))
+    eps = {n: make_endpoint(n, u, args.model, args) for n, u in args.endpoint}
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        run = verify_endpoints(reqs, ref, eps, args.out, repeats=args.reference_repeats, model=args.model,
+                               overrides=overrides, concurrency=args.concurrency)
+        analysis = analyse(run, margin=args.margin, alpha=args.alpha, n_boot=args.n_boot, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"qdrift verify run: {e}") from None
+    meta = {"requests_file": str(args.requests), "requests_sha256": file_sha256(args.requests),
+            "model": args.model, "reference_url": args.reference[1],
+            "endpoint_urls": dict(args.endpoint), "overrides": overrides, "started": started,
+            "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "qdrift_version": qdrift.__version__}
+    paths = write_report(analysis, args.out, meta)
+    print(render_text(analysis))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser("verify", help="verify endpoints' tool calling against a reference (K2 Vendor Verifier style)")
+    vsub = v.add_subparsers(dest="verify_command", metavar="SUBCOMMAND", required=True)
+    m = vsub.add_parser("make-requests", help="write a JSONL request file from agent environments' oracle paths")
+    m.add_argument("--env", nargs="+", required=True, help="environment names or path.py@Class")
+    m.add_argument("--horizons", nargs="+", type=int, required=True)
+    m.add_argument("--seeds", type=int, default=10, help="number of held-out seeds per (env, horizon)")
+    m.add_argument("--steps", choices=["sample", "all"], default="sample",
+                   help="sample: first, middle, last, final-answer and after-final steps; all: every step")
+    m.add_argument("--out", required=True, help="the JSONL file to write")
+    m.set_defaults(func=cmd_make_requests)
+    r = vsub.add_parser("run", help="replay a request file against a reference and endpoints; report")
+    r.add_argument("--requests", required=True, help="JSONL of chat-completion request bodies with tools")
+    r.add_argument("--reference", required=True, type=_named_url, help="NAME=URL of the reference endpoint")
+    r.add_argument("--endpoint", action="append", type=_named_url, default=[],
+                   help="NAME=URL of an endpoint to verify (repeatable)")
+    r.add_argument("--model", required=True, help="the served model name put in every request")
+    r.add_argument("--reference-repeats", type=int, default=3, help="reference replays for the noise floor")
+    r.add_argument("--margin", type=float, default=None, help="equivalence margin (e.g. 0.02) for TOST")
+    r.add_argument("--alpha", type=float, default=0.05)
+    r.add_argument("--n-boot", type=int, default=2000)
+    r.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    r.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
+    r.add_argument("--max-tokens", type=int, default=None, help="override every request's max_tokens")
+    r.add_argument("--extra-body", default=None, help="JSON object merged into every request body")
+    r.add_argument("--concurrency", type=int, default=4)
+    r.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
+    r.add_argument("--out", required=True, help="output directory (journals, report.md/json/png)")
+    r.set_defaults(func=cmd_run)

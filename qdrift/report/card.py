@@ -1,0 +1,164 @@
+"""The disclosure card of a served configuration: JSON under a versioned schema, and markdown.
+
+A card says what precision the served model runs at, per phase (from the spec string, which it
+quotes exactly), and what it was verified against and how: the tool-call verification against a
+reference with intervals (from a `qdrift verify run` directory), short-form benchmark deltas and
+long-horizon success at stated horizons with intervals (from a sweep store), with dates, the qdrift
+version and sha256 hashes of the data used. The schema ships as package data
+(`card-<version>.schema.json`); `load_card` and `write_card` validate against it and name the
+offending field on failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from qdrift.report.precision import precision_of
+from qdrift.spec.model import QuantSpec
+
+SCHEMA_VERSION = "1.0"
+KIND = "qdrift-disclosure-card"
+
+
+class CardError(ValueError):
+    """A card that does not validate against its schema."""
+
+
+def schema(version: str = SCHEMA_VERSION) -> dict:
+    """The JSON Schema of card version `version`, read from the package."""
+    name = f"card-{version}.schema.json"
+    path = resources.files("qdrift.report") / name
+    if not path.is_file():
+        known = sorted(p.name for p in resources.files("qdrift.report").iterdir() if p.name.endswith(".schema.json"))
+        raise CardError(f"unknown card schema version {version!r}; this qdrift knows: {', '.join(known)}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def validate_card(card: Any, where: str = "card") -> dict:
+    """`card` itself when it validates against the schema of its `schema_version`; CardError otherwise."""
+    if not isinstance(card, dict):
+        raise CardError(f"{where}: a card is a JSON object, got {type(card).__name__}")
+    version = card.get("schema_version")
+    if not isinstance(version, str):
+        raise CardError(f"{where}: missing or non-string 'schema_version' (this qdrift writes {SCHEMA_VERSION!r})")
+    validator = jsonschema.Draft202012Validator(schema(version))
+    errors = sorted(validator.iter_errors(card), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        e = errors[0]
+        at = "/".join(map(str, e.absolute_path)) or "(top level)"
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise CardError(f"{where} does not validate against card schema {version}: at {at}: {e.message}{more}")
+    return card
+
+
+def load_card(path: str | Path) -> dict:
+    """Read a card.json and validate it against its schema."""
+    path = Path(path)
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CardError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return validate_card(card, str(path))
+
+
+def build_card(spec: QuantSpec | str, served_model: str, tool_calls: dict | None = None,
+               short_form: list[dict] | None = None, long_horizon: list[dict] | None = None,
+               data: list[dict] | None = None, notes: list[str] | None = None,
+               created: str | None = None) -> dict:
+    """A validated card from its parts (see qdrift.report.evidence for the verification parts)."""
+    import qdrift
+
+    spec = QuantSpec.parse(spec) if isinstance(spec, str) else spec
+    notes = list(notes or [])
+    if short_form and not spec.kv.is_noop:
+        notes.append("short-form loglikelihood tasks run without a KV cache, so their deltas do not reflect "
+                     "the KV-cache precision; generation tasks, tool calls and agent episodes do")
+    card = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "served_model": served_model,
+        "spec": str(spec),
+        "spec_hash": spec.hash,
+        "precision": precision_of(spec),
+        "verification": {"tool_calls": tool_calls, "short_form": list(short_form or []),
+                         "long_horizon": list(long_horizon or [])},
+        "data": list(data or []),
+        "dates": {"created": created or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                  "verified": (tool_calls or {}).get("verified")},
+        "qdrift_version": qdrift.__version__,
+        "notes": notes,
+    }
+    return validate_card(card)
+
+
+def _est(e: dict | None, digits: int = 3) -> str:
+    if not e or e.get("estimate") is None:
+        return "-"
+    text = f"{e['estimate']:+.{digits}f}" if e.get("signed") else f"{e['estimate']:.{digits}f}"
+    if e.get("ci_low") is not None:
+        text += f" [{e['ci_low']:.{digits}f}, {e['ci_high']:.{digits}f}]"
+    return text
+
+
+def render_markdown(card: dict) -> str:
+    """The human-readable card."""
+    p, v = card["precision"], card["verification"]
+    lines = [f"# Disclosure card: {card['served_model']}", "",
+             f"**Precision:** {p['summary']}", "", f"Spec: `{card['spec']}` (hash {card['spec_hash']})", "",
+             "| phase | weights | activations |", "|---|---|---|",
+             f"| prefill | {p['prefill']['weights']} | {p['prefill']['activations']} |",
+             f"| decode | {p['decode']['weights']} | {p['decode']['activations']} |", "",
+             f"KV cache: keys {p['kv_cache']['keys']}, values {p['kv_cache']['values']}, "
+             f"full-precision window {p['kv_cache']['full_precision_window']} tokens.", "", "<details><summary>Exact "
+             "description</summary>", "", *[f"- {d}" for d in p["details"]], "", "</details>", "",
+             "## Verification", ""]
+    t = v["tool_calls"]
+    if t is None:
+        lines += ["Tool calls: not verified.", ""]
+    else:
+        lines += [f"Tool calls: endpoint `{t['endpoint']}` against reference `{t['reference']}` "
+                  f"({t['reference_runs']} reference runs, {t['requests']} requests, file sha256 "
+                  f"`{t['requests_sha256'][:16]}…`, margin {t.get('margin')}); verdict: **{t['conclusion']}**.", "",
+                  "| measure | estimate [95% CI] |", "|---|---|",
+                  f"| validity difference vs reference | {_est(t['validity_difference'])} |",
+                  f"| trigger F1 vs reference | {_est(t['trigger_f1'])} |",
+                  f"| trigger F1 of reference vs itself (noise floor) | {_est(t.get('trigger_f1_floor'))} |",
+                  f"| trigger agreement minus floor | {_est(t.get('trigger_agreement_minus_floor'))} |",
+                  f"| schema accuracy | {_est(t['schema_accuracy'])} |", ""]
+    if v["short_form"]:
+        lines += ["Short-form benchmarks (variant minus baseline, paired):", "",
+                  "| task | items | baseline | variant | delta [95% CI] |", "|---|---|---|---|---|"]
+        lines += [f"| {r['task']} | {r['items']} | {r['accuracy_baseline']:.3f} | {r['accuracy']:.3f} | "
+                  f"{_est(r['delta'])} |" for r in v["short_form"]] + [""]
+    else:
+        lines += ["Short-form benchmarks: none recorded.", ""]
+    if v["long_horizon"]:
+        lines += ["Long-horizon agent success:", "", "| env | horizon | episodes | baseline | success [95% CI] | "
+                  "delta [95% CI] |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['env']} | {r['horizon']} | {r['episodes']} | {r.get('success_baseline', float('nan')):.3f} | "
+                  f"{_est(r['success'])} | {_est(r['delta'])} |" for r in v["long_horizon"]] + [""]
+    else:
+        lines += ["Long-horizon success: none recorded.", ""]
+    lines += ["## Provenance", "", f"Created {card['dates']['created']}"
+              + (f", verified {card['dates']['verified']}" if card["dates"].get("verified") else "")
+              + f", qdrift {card['qdrift_version']}, card schema {card['schema_version']}.", ""]
+    lines += [f"- {d['role']}: `{d['path']}` sha256 `{d['sha256']}`" for d in card["data"]]
+    lines += [""] + [f"Note: {n}" for n in card.get("notes", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_card(card: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    """card.json and card.md in `out_dir` (validated first)."""
+    validate_card(card)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js, md = out_dir / "card.json", out_dir / "card.md"
+    js.write_text(json.dumps(card, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    md.write_text(render_markdown(card), encoding="utf-8")
+    return js, md

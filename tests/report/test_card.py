@@ -1,0 +1,94 @@
+import json
+import time
+
+import pytest
+
+from qdrift.cli import main
+from qdrift.report.card import CardError, build_card, load_card, render_markdown, validate_card, write_card
+from qdrift.store import Store
+
+SPEC = "wfp8e4m3/4g128-afp8e4m3/16-kv:fp8e4m3@unit"
+EST = {"estimate": -0.01, "ci_low": -0.03, "ci_high": 0.01, "p_value": 0.3}
+TOOL_CALLS = {"endpoint": "fp8", "reference": "ref", "reference_runs": 3, "requests": 120, "requests_file": "r.jsonl",
+              "requests_sha256": "a" * 64, "margin": 0.02, "alpha": 0.05, "validity_difference": EST,
+              "trigger_f1": {**EST, "estimate": 0.9}, "trigger_f1_floor": {**EST, "estimate": 0.91},
+              "trigger_agreement_minus_floor": EST, "schema_accuracy": {**EST, "estimate": 0.99},
+              "conclusion": "equivalent within ±0.02", "verified": "2025-01-01T00:00:00+00:00"}
+
+
+def test_card_validates_round_trips_and_renders(tmp_path):
+    card = build_card(SPEC, "my-model", TOOL_CALLS, created="2025-01-02T00:00:00+00:00")
+    js, md = write_card(card, tmp_path)
+    assert load_card(js) == card
+    text = md.read_text()
+    assert "**Precision:** KV cache: FP8-e4m3 (unit scales); weights: INT4 g128 (decode), FP8-e4m3 (prefill)" in text
+    assert f"`{SPEC}`" in text and "equivalent within ±0.02" in text and "0.910 [-0.030, 0.010]" in text
+    assert card["dates"]["verified"] == TOOL_CALLS["verified"] and card["spec"] == SPEC
+
+
+def test_a_card_missing_a_field_is_rejected_naming_it(tmp_path):
+    card = build_card(SPEC, "m")
+    del card["spec"]
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    with pytest.raises(CardError, match="'spec' is a required property"):
+        load_card(tmp_path / "card.json")
+    bad = build_card(SPEC, "m", TOOL_CALLS)
+    bad["verification"]["tool_calls"]["requests_sha256"] = "not-a-hash"
+    with pytest.raises(CardError, match="verification/tool_calls"):
+        validate_card(bad)
+    with pytest.raises(CardError, match="unknown card schema version '9.9'"):
+        validate_card({**card, "schema_version": "9.9"})
+
+
+def _store(path):
+    store = Store(path)
+    now = time.time()
+    for config in ("baseline", SPEC):
+        base = {"model": "organism", "config": config, "spec": config, "kind": "short_form", "task": "keys"}
+        items = [{"item": i, "correct": i % 5 != 0 if config == SPEC else i % 10 != 0} for i in range(40)]
+        store.record_done(f"sf-{config}", base, {"item": items}, now, now)
+        for h in (1, 4):
+            cfg = {**base, "kind": "agent", "task": "pointer_chase", "horizon": h}
+            eps = [{"env": "pointer_chase", "horizon": h, "seed": s, "trial": 0,
+                    "success": s % (2 if config == SPEC else 3) != 0} for s in range(12)]
+            store.record_done(f"a-{config}-{h}", cfg, {"episode": eps}, now, now)
+    store.close()
+
+
+def test_card_command_reads_a_store_and_hashes_it(tmp_path, capsys):
+    _store(tmp_path / "s.sqlite")
+    assert main(["card", "--spec", SPEC, "--served-model", "m", "--store", str(tmp_path / "s.sqlite"),
+                 "--out", str(tmp_path / "card")]) == 0
+    card = load_card(tmp_path / "card" / "card.json")
+    (sf,) = card["verification"]["short_form"]
+    # baseline misses items 0, 10, 20, 30 (36/40); the variant also misses 5, 15, 25, 35 (32/40)
+    assert (sf["accuracy_baseline"], sf["accuracy"], sf["items"]) == (0.9, 0.8, 40)
+    assert sf["delta"]["estimate"] == pytest.approx(-0.1) and sf["delta"]["ci_low"] < -0.1 < sf["delta"]["ci_high"]
+    lh = {r["horizon"]: r for r in card["verification"]["long_horizon"]}
+    assert lh[4]["success"]["estimate"] == 0.5 and lh[4]["success_baseline"] == pytest.approx(8 / 12)
+    assert lh[4]["success"]["ci_low"] < 0.5 < lh[4]["success"]["ci_high"]
+    assert card["data"][0]["role"] == "results store" and len(card["data"][0]["sha256"]) == 64
+    assert any("without a KV cache" in n for n in card["notes"])
+    assert "INT4 g128 (decode)" in capsys.readouterr().out
+
+
+def test_card_command_reads_a_verify_run(tmp_path, monkeypatch):
+    from qdrift import cli_verify
+    from qdrift.verify.requests import read_requests
+    from tests.verify.fakes import FakeEndpoint, expected_of
+
+    f = tmp_path / "r.jsonl"
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "4", "--out", str(f)])
+    exp = expected_of(read_requests(f))
+    monkeypatch.setattr(cli_verify, "make_endpoint", lambda n, u, m, a: FakeEndpoint(n, exp))
+    main(["verify", "run", "--requests", str(f), "--reference", "ref=http://h/v1", "--endpoint", "fp8=http://g/v1",
+          "--model", "m", "--margin", "0.05", "--n-boot", "50", "--out", str(tmp_path / "v")])
+    assert main(["card", "--spec", SPEC, "--served-model", "m", "--verify", str(tmp_path / "v"),
+                 "--out", str(tmp_path / "c")]) == 0
+    card = load_card(tmp_path / "c" / "card.json")
+    t = card["verification"]["tool_calls"]
+    assert t["endpoint"] == "fp8" and t["conclusion"] == "equivalent within ±0.05" and t["reference_runs"] == 3
+    from qdrift.verify.requests import file_sha256
+
+    assert card["data"][0]["sha256"] == file_sha256(f) == t["requests_sha256"]
+    assert "equivalent within ±0.05" in render_markdown(card)

@@ -1,0 +1,54 @@
+import json
+
+import pytest
+
+from qdrift import cli_verify
+from qdrift.cli import main
+from qdrift.verify.requests import read_requests
+from tests.verify.fakes import FakeEndpoint, expected_of
+
+
+def test_make_requests_then_run_against_fake_endpoints(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "r.jsonl"
+    assert main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "1", "4", "--seeds", "3",
+                 "--out", str(f)]) == 0
+    reqs = read_requests(f)
+    assert len(reqs) == 3 * (3 + 5)
+    exp = expected_of(reqs)
+    made = {}
+
+    def fake(name, url, model, args):
+        made[name] = (url, model)
+        return FakeEndpoint(name, exp, seed=len(made), p_call=0.95 if name == "ref" else 0.5)
+
+    monkeypatch.setattr(cli_verify, "make_endpoint", fake)
+    out = tmp_path / "v"
+    assert main(["verify", "run", "--requests", str(f), "--reference", "ref=http://h:1/v1", "--endpoint",
+                 "q4=http://h:2/v1", "--model", "m", "--reference-repeats", "2", "--margin", "0.05",
+                 "--n-boot", "100", "--out", str(out)]) == 0
+    assert made == {"ref": ("http://h:1/v1", "m"), "q4": ("http://h:2/v1", "m")}
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["meta"]["requests_sha256"]) == 64 and report["summaries"]["q4"]["requests"] == len(reqs)
+    assert "q4" in capsys.readouterr().out
+    assert (out / "journals" / "reference.r2.jsonl").exists() and (out / "journals" / "endpoint-q4.jsonl").exists()
+
+
+def test_a_url_endpoint_without_the_http_client_is_a_clear_error(tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_client(name, *a, **k):
+        if name == "qdrift.backends.openai_client":
+            raise ImportError("No module named 'qdrift.backends.openai_client'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_client)
+    with pytest.raises(SystemExit, match="HTTP client qdrift.backends.openai_client is not available"):
+        cli_verify.make_endpoint("ref", "http://h/v1", "m", None)
+
+
+def test_bad_named_url_is_an_argument_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["verify", "run", "--requests", "x", "--reference", "nourl", "--model", "m", "--out", "o"])
+    assert "expected NAME=URL" in capsys.readouterr().err

@@ -1,0 +1,52 @@
+import json
+
+import pytest
+
+from qdrift.backends.endpoint import read_journal
+from qdrift.verify.generate import make_requests
+from qdrift.verify.report import render_markdown, render_text, write_report
+from qdrift.verify.run import analyse, journal_path, verify_endpoints
+from tests.verify.fakes import FakeEndpoint, Killed, expected_of
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return make_requests(["pointer_chase"], [1, 4], seeds=6)
+
+
+def test_a_replay_killed_midway_resumes_without_resending_answered_requests(requests, tmp_path):
+    exp = expected_of(requests)
+    ref = FakeEndpoint("ref", exp)
+    dying = FakeEndpoint("ep", exp, fail_after=7)
+    with pytest.raises(Killed):
+        verify_endpoints(requests, ("ref", ref), {"ep": dying}, tmp_path, repeats=2, concurrency=1)
+    assert len(read_journal(journal_path(tmp_path, "ep"))) == 7
+    assert ref.sent == 2 * len(requests)
+    again_ref, again = FakeEndpoint("ref", exp), FakeEndpoint("ep", exp)
+    run = verify_endpoints(requests, ("ref", again_ref), {"ep": again}, tmp_path, repeats=2, concurrency=1)
+    assert again_ref.sent == 0 and again.sent == len(requests) - 7
+    assert all(s.ok for s in run.endpoints["ep"]) and len(run.reference_runs) == 2
+    assert all(s.oracle_match for s in run.endpoints["ep"])
+
+
+def test_report_has_a_row_per_run_and_writes_markdown_json_and_plot(requests, tmp_path):
+    exp = expected_of(requests)
+    run = verify_endpoints(requests, ("ref", FakeEndpoint("ref", exp, seed=1, p_call=0.9, p_spurious=0.1)),
+                           {"good": FakeEndpoint("good", exp, seed=2, p_call=0.9, p_spurious=0.1),
+                            "lossy": FakeEndpoint("lossy", exp, seed=3, p_call=0.6, p_invalid=0.3)},
+                           tmp_path, repeats=3)
+    analysis = analyse(run, margin=0.05, n_boot=200)
+    text = render_text(analysis)
+    assert text.splitlines()[0].startswith("run") and "ref (run 3)" in text and "Noise floor over 3" in text
+    md = render_markdown(analysis)
+    assert sum(line.startswith("| ") for line in md.splitlines()) == 1 + 5 and "lossy vs reference" in md
+    paths = write_report(analysis, tmp_path / "out", {"requests_sha256": "x"})
+    data = json.loads(paths["json"].read_text())
+    assert data["meta"] == {"requests_sha256": "x"} and data["reference_runs"] == 3
+    assert data["endpoints"]["lossy"]["conclusion"].startswith("different")
+    assert paths["plot"].stat().st_size > 1000
+
+
+def test_names_must_be_usable_as_file_names(requests, tmp_path):
+    with pytest.raises(ValueError, match="endpoint name 'a/b'"):
+        verify_endpoints(requests, ("ref", FakeEndpoint("r", {})), {"a/b": FakeEndpoint("x", {})}, tmp_path)

@@ -18,6 +18,7 @@ def imported_after(module: str) -> set[str]:
         ("qdrift", {"torch", "transformers"}),
         ("qdrift.spec", {"torch", "transformers"}),
         ("qdrift.formats", {"transformers"}),
+        ("qdrift.capacity", {"transformers"}),
         ("qdrift.stats", {"torch", "transformers", "matplotlib"}),
         ("qdrift.store", {"torch", "transformers", "pandas"}),
         ("qdrift.sweep", {"torch", "transformers"}),

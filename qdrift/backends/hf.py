@@ -32,6 +32,10 @@ class HFPolicy:
     # Opt-in: keep, per row, every turn's tokens as fed: (suffix fed before generating, generated ids),
     # in `token_trace`, so a run can be replayed teacher-forced (qdrift.envs.drift).
     record_tokens: bool = False
+    # Opt-in: a paged KV cache whose reads verify page ownership (qdrift.backends.paged); a row whose
+    # pages fail the check ends its turn with stop_reason "kv_integrity" and the error, others go on.
+    paged_kv: bool = False
+    page_size: int = 16
     token_trace: list[list[tuple[list[int], list[int]]]] = field(default_factory=list, init=False, repr=False)
     _session: BatchSession | None = field(default=None, init=False, repr=False)
     _cached: list[str] = field(default_factory=list, init=False, repr=False)
@@ -75,7 +79,8 @@ class HFPolicy:
         given, replaces `self.seed` for that row, so one batch can hold several trials of one episode
         and each row samples exactly as a policy with that seed would alone.
         """
-        self._session = BatchSession(self.model, len(conversations), self.tokenizer.pad_token_id)
+        self._session = BatchSession(self.model, len(conversations), self.tokenizer.pad_token_id,
+                                     paged=self.paged_kv, page_size=self.page_size)
         self._cached = [self._render(m, t) for m, t in conversations]
         self._pending = [self._encode(text) for text in self._cached]
         self._generators = {}
@@ -126,5 +131,6 @@ class HFPolicy:
                 self.token_trace[r].append((list(chunks[r] or []), list(o.token_ids)))
             self._pending[r] = []
             result[r] = Generation(text=opening + body, token_ids=o.token_ids, logprob=sum(o.logprobs),
-                                   tokens_in=tokens_in[r], tokens_out=len(o.token_ids), stop_reason=o.stop_reason)
+                                   tokens_in=tokens_in[r], tokens_out=len(o.token_ids), stop_reason=o.stop_reason,
+                                   error=o.error)
         return result

@@ -14,23 +14,34 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from qdrift.backends.paged import PagedCache, PageIntegrityError
+
 
 @dataclass
 class RowOutput:
     token_ids: list[int]
     logprobs: list[float]  # log-probability of each generated token under the sampling distribution
-    stop_reason: str  # "eos" | "stop_string" | "max_new_tokens"
+    stop_reason: str  # "eos" | "stop_string" | "max_new_tokens" | "kv_integrity"
+    error: str | None = None
 
 
 class BatchSession:
     """One cache, B rows. `feed` appends tokens; `generate` decodes until each row stops."""
 
-    def __init__(self, model, batch: int, pad_id: int):
+    def __init__(self, model, batch: int, pad_id: int, paged: bool = False, page_size: int = 16,
+                 check_pages: bool = True):
+        """paged=True: a PagedCache whose reads verify page ownership; a row whose pages fail the
+        check is aborted (`aborted[row]` holds the error) and the other rows go on."""
         self.model = model
         self.batch = batch
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
+        if paged:
+            layers = model.config.get_text_config().num_hidden_layers
+            self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)
+        else:
+            self.cache = DynamicCache(config=model.config)
+        self.aborted: dict[int, str] = {}
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.tokens_fed = 0  # forward tokens over all rows, padding excluded
@@ -42,6 +53,18 @@ class BatchSession:
 
         A row fed nothing keeps the logits it had, so it can still be asked to generate.
         """
+        chunks = [None if r in self.aborted else c for r, c in enumerate(chunks)]
+        while True:
+            try:
+                return self._feed(chunks)
+            except PageIntegrityError as e:  # raised before any layer wrote: abort that row, retry the rest
+                self.aborted[e.row] = str(e)
+                self.cache.pool.skip[e.row] = True
+                chunks[e.row] = None
+                if not any(chunks) and self.last_logits is not None:
+                    return self.last_logits
+
+    def _feed(self, chunks: list[list[int] | None]) -> torch.Tensor:
         lengths = [len(c) if c else 0 for c in chunks]
         width = max(lengths)
         if width == 0:
@@ -56,8 +79,9 @@ class BatchSession:
         lens = torch.tensor(lengths, device=self.device)
         # Padding repeats the row's last position; it is masked, so its value does not matter.
         pos = self.positions[:, None] + torch.minimum(steps[None, :], (lens - 1).clamp_min(0)[:, None])
-        self.mask = torch.cat([self.mask, new_mask], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, cache=self.cache, use_cache=True)
+        mask = torch.cat([self.mask, new_mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True)
+        self.mask = mask
         self.positions += lens
         self.tokens_fed += int(lens.sum())
         last = (lens - 1).clamp_min(0)
@@ -87,6 +111,9 @@ class BatchSession:
         active = list(rows)
         for _ in range(max_new_tokens):
             chunks: list[list[int] | None] = [None] * self.batch
+            active = [r for r in active if r not in self.aborted]
+            if not active:
+                break
             for r in active:
                 logp = torch.log_softmax(logits[r] / (temperature or 1.0), dim=-1)
                 if temperature > 0:
@@ -112,4 +139,7 @@ class BatchSession:
             active = still
             if not active:
                 break
+        for r in rows:
+            if r in self.aborted:
+                outs[r].stop_reason, outs[r].error = "kv_integrity", self.aborted[r]
         return outs

@@ -1,0 +1,105 @@
+"""How many tokens of KV cache fit on a node, after the weights and a reserve.
+
+Assumptions (each one a parameter, defaults in brackets):
+- Tensor parallelism shards every weight evenly over the `tp` ranks of a replica; replicas
+  (`gpus // tp` of them) each hold a full copy. (Small replicated pieces, such as MLA's latent
+  down-projections, are ignored: under 1% of a large model.)
+- MLA (DeepSeek-V3, Kimi K2, GLM-5): the compressed latent is one vector per token shared by all
+  heads, so under TP every rank caches the whole latent (vLLM, SGLang without context
+  parallelism); TP does not divide it.
+- GQA: each rank caches its kv_heads / tp heads; when tp > kv_heads, heads are replicated so that
+  each rank still holds one.
+- Per GPU the engine may use `memory_utilization` of the GPU's memory [0.9, vLLM's
+  gpu_memory_utilization default]; from that it subtracts the rank's weights and
+  `activation_reserve_gb` (activations, CUDA graphs, communication buffers) [0]. The rest is cache.
+- GB here is 10**9 bytes, as GPU spec sheets count it (H200: 141 GB).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from qdrift.capacity.plan import WeightPlan, weight_bytes
+from qdrift.capacity.precision import KV, lookup
+from qdrift.capacity.shape import KVLayout, ModelShape
+
+GB = 1e9
+
+
+def kv_bytes_per_token(kv: KVLayout, precision: str, tp: int = 1) -> float:
+    """Cache bytes one token takes on one GPU of a `tp`-way tensor-parallel replica."""
+    bits = lookup(precision, KV, "KV-cache").bits
+    if kv.kind == "mla":
+        return kv.elements_per_token() * bits / 8  # the latent is replicated on every rank
+    if kv.kv_heads % tp and tp % kv.kv_heads:
+        raise ValueError(f"tp={tp} neither divides nor is a multiple of the {kv.kv_heads} KV heads")
+    heads_per_rank = max(1, kv.kv_heads // tp)
+    return kv.layers * 2 * heads_per_rank * kv.head_dim * bits / 8
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    model: str
+    plan: str
+    kv_precision: str
+    gpus: int
+    tp: int
+    gpu_mem_gb: float
+    memory_utilization: float
+    activation_reserve_gb: float
+    weight_bytes: float  # the whole model, one copy
+    weight_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    cache_bytes_per_gpu: float
+    max_cached_tokens: int  # on the whole node, all replicas
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // self.tp
+
+    def render(self) -> str:
+        return "\n".join([
+            f"model: {self.model}",
+            f"weights: {self.plan}",
+            f"weight bytes: {self.weight_bytes / GB:,.1f} GB ({self.weight_bytes / 2**30:,.1f} GiB); "
+            f"{self.weight_bytes_per_gpu / GB:,.1f} GB per GPU at TP{self.tp}",
+            f"KV cache ({self.kv_precision}): {self.kv_bytes_per_token_per_gpu:,.0f} bytes per token per GPU",
+            f"per GPU: {self.gpu_mem_gb:g} GB x {self.memory_utilization:g} - weights - "
+            f"{self.activation_reserve_gb:g} GB reserve = {self.cache_bytes_per_gpu / GB:,.2f} GB of cache",
+            f"max cached tokens on {self.gpus} GPUs ({self.replicas} replica(s) of TP{self.tp}): "
+            f"{self.max_cached_tokens:,}",
+        ])
+
+
+def node_capacity(
+    shape: ModelShape,
+    plan: WeightPlan,
+    kv_precision: str = "bf16",
+    gpus: int = 8,
+    tp: int = 8,
+    gpu_mem_gb: float = 141.0,
+    memory_utilization: float = 0.9,
+    activation_reserve_gb: float = 0.0,
+) -> NodeCapacity:
+    """The node's KV-cache capacity in tokens; raises when the weights do not fit."""
+    if tp < 1 or gpus < 1 or gpus % tp:
+        raise ValueError(f"gpus ({gpus}) must be a positive multiple of tp ({tp})")
+    if not 0 < memory_utilization <= 1:
+        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
+    if gpu_mem_gb <= 0 or activation_reserve_gb < 0:
+        raise ValueError("gpu_mem_gb must be positive and activation_reserve_gb non-negative")
+    total = sum(weight_bytes(shape, plan).values())
+    per_gpu = total / tp
+    cache = gpu_mem_gb * GB * memory_utilization - per_gpu - activation_reserve_gb * GB
+    if cache <= 0:
+        raise ValueError(
+            f"{shape.name} does not fit: {per_gpu / GB:,.1f} GB of weights per GPU at TP{tp} plus "
+            f"{activation_reserve_gb:g} GB reserve exceed {gpu_mem_gb:g} GB x {memory_utilization:g}"
+        )
+    per_token = kv_bytes_per_token(shape.kv, kv_precision, tp)
+    tokens = math.floor(cache / per_token) * (gpus // tp)
+    return NodeCapacity(
+        shape.name, plan.describe(), kv_precision, gpus, tp, gpu_mem_gb, memory_utilization,
+        activation_reserve_gb, total, per_gpu, per_token, cache, tokens,
+    )

@@ -138,7 +138,7 @@ def quantization_config(model: nn.Module) -> dict:
         raise ValueError("model is not really quantized: call qdrift.real.quantize_real(model, spec) first")
     scheme = next(iter(modules.values())).scheme
     ignore = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-    if any(type(m).__name__ == "Conv1D" for m in model.modules()):
+    if any(m.source_kind == "conv1d" for m in modules.values()):
         raise ValueError("GPT-2 style Conv1D layers have no compressed-tensors layout (it stores Linear [out, in])")
     group = q.QuantizationScheme(targets=["Linear"], weights=quantization_args(scheme))
     cfg = q.QuantizationConfig(config_groups={"group_0": group}, format=FLOAT if scheme.format == "fp8e4m3" else PACKED,

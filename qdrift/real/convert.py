@@ -29,11 +29,10 @@ def real_spec_of(model: nn.Module) -> QuantSpec | None:
 def weight_scheme(spec: QuantSpec) -> TensorScheme:
     """The one weight scheme of a spec the real path can store, or a ValueError saying what is not."""
     problems = []
-    for phase in ("prefill", "decode"):
-        act = getattr(spec, phase).activations
-        if act is not None:
-            problems.append(f"{phase} activations ('{act}') are quantized on the fly, not stored; "
-                            "use the fake path (qdrift.quantize) for them")
+    acts = {f"a{s.to_string('activations')}" for s in (spec.prefill.activations, spec.decode.activations) if s}
+    if acts:
+        problems.append(f"activations ({' / '.join(sorted(acts))}) are quantized on the fly, not stored; "
+                        "use the fake path (qdrift.quantize) for them")
     if spec.prefill.weights != spec.decode.weights:
         problems.append(f"prefill and decode weights differ ('{spec.prefill.weights}' / '{spec.decode.weights}'): "
                         "real storage holds one copy of each weight")
@@ -93,6 +92,7 @@ def quantize_real(model: nn.Module, spec: QuantSpec | str, *, kernel: str = "aut
             packed = pack_weight(weight, scheme, f"{t.name}.weight")
             bias = getattr(t.module, "bias", None)
             real = RealQuantLinear(packed, bias, kernel=kernel)
+            real.source_kind = t.kind
             _set_module(model, t.name, real)
             del weight
     setattr(model, SPEC_ATTR, spec)

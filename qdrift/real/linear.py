@@ -23,6 +23,7 @@ class RealQuantLinear(nn.Module):
         self.scheme: TensorScheme = packed.scheme
         self.out_features, self.in_features = packed.shape
         self.kernel = kernel
+        self.source_kind = "linear"  # the module it replaced ("conv1d": GPT-2's [in, out] Conv1D)
         self.register_buffer("weight_packed", packed.data)
         self.register_buffer("weight_scale", packed.scale)
         self.register_buffer("weight_zero_point", packed.zero_point)

@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     from qdrift.cli_sweep import add_parser as add_sweep
 
     add_sweep(sub)
+    from qdrift.cli_real import add_parser as add_real
+
+    add_real(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p

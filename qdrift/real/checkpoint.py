@@ -195,13 +195,16 @@ def load_quantized(directory: str | Path, *, kernel: str = "auto", **from_config
     quantized = sorted({k.rsplit(".", 1)[0] for k in tensors if k.endswith(".weight_scale")})
     dtype = next(v.dtype for k, v in tensors.items() if v.is_floating_point() and not k.startswith(tuple(quantized)))
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype, **from_config_kwargs).eval()
+    # Built on the meta device, so the full-precision linears are never allocated: loading peaks at
+    # the size of the checkpoint, not of the unquantized model.
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **from_config_kwargs).eval()
     for name in quantized:
         local = {k[len(name) + 1:]: tensors.pop(k) for k in list(tensors) if k.startswith(f"{name}.")}
         packed, bias = decompress_module(local, scheme)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, RealQuantLinear(packed, bias, kernel=kernel))
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing, unexpected = model.load_state_dict(tensors, strict=False, assign=True)
     quantized_keys = tuple(f"{n}." for n in quantized)
     missing = [k for k in missing if not k.startswith(quantized_keys)]
     tied = set(getattr(model, "_tied_weights_keys", None) or {}) if getattr(config, "tie_word_embeddings", False) else set()
@@ -210,5 +213,23 @@ def load_quantized(directory: str | Path, *, kernel: str = "auto", **from_config
         raise ValueError(f"checkpoint does not fit the model: missing {untied}, unexpected {unexpected}")
     if tied:
         model.tie_weights()
+    _rebuild_meta_buffers(model, config)
     setattr(model, SPEC_ATTR, QuantSpec.parse(spec_text) if spec_text else QuantSpec.uniform(weights=scheme))
     return model.eval()
+
+
+def _rebuild_meta_buffers(model: nn.Module, config) -> None:
+    """Recreate modules whose computed, unsaved buffers (rotary inv_freq) are still on the meta device."""
+    for name, module in list(model.named_modules()):
+        if any(b is not None and b.is_meta for b in module.buffers(recurse=False)):
+            if any(True for _ in module.parameters(recurse=False)):
+                raise ValueError(f"module '{name}' has parameters and unsaved buffers; cannot rebuild it")
+            try:
+                fresh = type(module)(config=config)
+            except TypeError as e:
+                raise ValueError(f"cannot rebuild the unsaved buffers of '{name}' ({type(module).__name__}): {e}") from None
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, fresh)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"checkpoint left tensors unloaded: {left[:5]}")

@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     from qdrift.cli_capacity import add_parser as add_capacity
 
     add_capacity(sub)
+    from qdrift.cli_real import add_parser as add_real
+
+    add_real(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p

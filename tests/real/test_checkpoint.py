@@ -1,0 +1,76 @@
+"""Round trip through the compressed-tensors layout, checked by compressed-tensors' own decompressors."""
+
+import json
+
+import pytest
+import torch
+from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
+from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+from compressed_tensors.quantization import QuantizationConfig
+from safetensors.torch import load_file
+
+import qdrift
+from qdrift.quant.model import state_of
+from qdrift.real import quantize_real
+from qdrift.real.checkpoint import load_quantized, quantization_args, save_quantized
+from qdrift.spec import TensorScheme
+from qdrift.tiny import tiny_model
+
+from .conftest import prompt
+
+SPECS = ["w4g32-a16-kv:16", "w4g64z-a16-kv:16", "w8-a16-kv:16", "w8z-a16-kv:16", "w4t-a16-kv:16",
+         "wfp8e4m3-a16-kv:16", "wfp8e4m3g32-a16-kv:16"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_save_load_round_trip_gives_identical_logits(spec, tmp_path):
+    model = quantize_real(tiny_model("llama"), spec)
+    save_quantized(model, tmp_path)
+    loaded = load_quantized(tmp_path, attn_implementation="eager")
+    with torch.no_grad():
+        assert torch.equal(model(prompt()).logits, loaded(prompt()).logits)
+    assert str(qdrift.real.real_spec_of(loaded)) == spec
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_compressed_tensors_decompresses_to_the_fake_quantized_weights(spec, tmp_path):
+    save_quantized(quantize_real(tiny_model("llama"), spec), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == "compressed-tensors"
+    assert config["format"] == ("float-quantized" if "fp8" in spec else "pack-quantized")
+    scheme = QuantizationConfig.model_validate(config).config_groups["group_0"]
+    compressor = FloatQuantizationCompressor if "fp8" in spec else PackedQuantizationCompressor
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    fake = qdrift.quantize(tiny_model("llama"), spec)
+    for name in ("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"):
+        local = {k[len(name) + 1:]: v for k, v in tensors.items() if k.startswith(name + ".")}
+        theirs = compressor.decompress(local, scheme)["weight"]
+        ours = fake.get_submodule(name).weight
+        assert torch.equal(theirs.float(), ours), f"{name}: max diff {(theirs.float() - ours).abs().max():.3g}"
+    assert "lm_head" in config["ignore"] and state_of(fake) is not None
+
+
+def test_int4_g128_linear_bytes_are_under_0_3_of_bf16(tmp_path):
+    model = quantize_real(tiny_model("llama"), "w4g128-a16-kv:16")
+    save_quantized(model, tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    q = sum(v.numel() * v.element_size() for k, v in tensors.items() if k.rsplit(".", 1)[-1] in
+            ("weight_packed", "weight_scale"))
+    bf16 = sum(m.in_features * m.out_features * 2 for m in qdrift.real.real_modules(model).values())
+    assert q / bf16 <= 0.30
+
+
+def test_inexpressible_schemes_are_named():
+    with pytest.raises(ValueError, match="int4, int8 and fp8e4m3 weights, not 'nf4g64'"):
+        quantization_args(TensorScheme.parse("nf4g64", "weights"))
+
+
+def test_conv1d_models_are_refused(tmp_path):
+    model = quantize_real(tiny_model("gpt2"), "w8-a16-kv:16")
+    with pytest.raises(ValueError, match="Conv1D layers have no compressed-tensors layout"):
+        save_quantized(model, tmp_path)
+
+
+def test_unquantized_model_cannot_be_saved(tmp_path):
+    with pytest.raises(ValueError, match="not really quantized"):
+        save_quantized(tiny_model("llama"), tmp_path)

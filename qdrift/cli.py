@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 
@@ -109,36 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--new-tokens", type=int, default=32)
     q.add_argument("--json", action="store_true", help="also print a JSON line of the headline numbers")
     q.set_defaults(func=cmd_quantize)
-    from qdrift.cli_agents import add_parser as add_agents
-
-    add_agents(sub)
-    from qdrift.cli_lmeval import add_parser as add_lmeval
-
-    add_lmeval(sub)
-    from qdrift.cli_sweep import add_parser as add_sweep
-
-    add_sweep(sub)
-    from qdrift.cli_replay import add_parser as add_replay
-
-    add_replay(sub)
-    from qdrift.cli_bfcl import add_parser as add_bfcl
-
-    add_bfcl(sub)
-    from qdrift.cli_serve import add_parser as add_serve
-
-    add_serve(sub)
-    from qdrift.cli_verify import add_parser as add_verify
-
-    add_verify(sub)
-    from qdrift.cli_card import add_parser as add_card
-
-    add_card(sub)
-    from qdrift.cli_capacity import add_parser as add_capacity
-
-    add_capacity(sub)
-    from qdrift.cli_real import add_parser as add_real
-
-    add_real(sub)
+    # Each command family lives in its own qdrift/cli_<name>.py; imported here so that `qdrift --help` lists them all.
+    for family in ('agents', 'lmeval', 'sweep', 'replay', 'bfcl', 'serve', 'verify', 'card', 'capacity', 'real'):
+        importlib.import_module(f"qdrift.cli_{family}").add_parser(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)
     return p

@@ -20,12 +20,9 @@ def _named_url(text: str) -> tuple[str, str]:
 
 
 def make_endpoint(name: str, url: str, model: str, args):
-    """An HTTP endpoint for `url`, from qdrift.backends.openai_client (imported only when needed)."""
-    try:
-        from qdrift.backends.openai_client import OpenAIEndpoint
-    except ImportError as e:
-        raise SystemExit(f"qdrift verify: the HTTP client qdrift.backends.openai_client is not available ({e}); "
-                         "it is needed to reach an endpoint by URL") from None
+    """An HTTP endpoint for `url` (imported here: the client is needed only to reach an endpoint)."""
+    from qdrift.backends.openai_client import OpenAIEndpoint
+
     return OpenAIEndpoint(base_url=url, model=model, name=name, timeout_s=args.timeout)
 
 

@@ -33,19 +33,16 @@ def test_make_requests_then_run_against_fake_endpoints(tmp_path, monkeypatch, ca
     assert (out / "journals" / "reference.r2.jsonl").exists() and (out / "journals" / "endpoint-q4.jsonl").exists()
 
 
-def test_a_url_endpoint_without_the_http_client_is_a_clear_error(tmp_path, monkeypatch):
-    import builtins
+def test_a_url_becomes_the_http_client_with_the_given_name_model_and_timeout():
+    from types import SimpleNamespace
 
-    real = builtins.__import__
+    from qdrift.backends.openai_client import OpenAIEndpoint
 
-    def no_client(name, *a, **k):
-        if name == "qdrift.backends.openai_client":
-            raise ImportError("No module named 'qdrift.backends.openai_client'")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_client)
-    with pytest.raises(SystemExit, match="HTTP client qdrift.backends.openai_client is not available"):
-        cli_verify.make_endpoint("ref", "http://h/v1", "m", None)
+    ep = cli_verify.make_endpoint("ref", "http://h:8000/v1", "m", SimpleNamespace(timeout=7.5))
+    assert isinstance(ep, OpenAIEndpoint)
+    assert (ep.name, ep.base_url, ep.model, ep.timeout_s) == ("ref", "http://h:8000/v1", "m", 7.5)
+    with pytest.raises(ValueError, match="http:// or https://"):
+        cli_verify.make_endpoint("ref", "ftp://h/v1", "m", SimpleNamespace(timeout=1))
 
 
 def test_bad_named_url_is_an_argument_error(capsys):

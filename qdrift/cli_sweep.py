@@ -81,6 +81,8 @@ def cmd_sweep_run(args) -> int:
     print(outcome.summary())
     print(f"store: {path}")
     _report_sink(sink)
+    if args.report:
+        _print_report(path)
     return 1 if outcome.failed else 0
 
 
@@ -181,6 +183,18 @@ def cmd_sweep_status(args) -> int:
     return 0
 
 
+def _print_report(path: Path) -> None:
+    """The compare report of the store, written beside it and printed (what `--report` adds to a run)."""
+    from qdrift.compare import build_report
+    from qdrift.store import Store
+
+    with Store(path) as store:
+        out = build_report(store, out=Path(path).with_suffix(".md"))
+    print()
+    print(Path(out).read_text())
+    print(f"report: {out} (plots beside it)")
+
+
 def cmd_compare(args) -> int:
     from qdrift.compare import build_report
     from qdrift.store import Store
@@ -217,6 +231,8 @@ def add_parser(sub) -> None:
     run.add_argument("--workers", type=_positive, metavar="N",
                      help="Ray workers running cells at once (default: the file's 'workers', else one per CPU)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--report", action="store_true",
+                     help="then write the compare report beside the store and print it (as `qdrift compare`)")
     _add_wandb_flags(run)
     run.set_defaults(func=cmd_sweep_run)
     cell = ssub.add_parser("cell", help="run one cell of the sweep into the store (what a `wandb agent` run does)")

@@ -30,6 +30,16 @@ def test_run_then_status_shows_every_cell_done_and_a_rerun_skips_it(tmp_path, ca
     assert "    done  " in text and "tiny:llama baseline ledger L=1" in text and "1 done, 0 failed, 0 pending" in text
 
 
+def test_report_prints_the_compare_report_and_writes_it_beside_the_store(tmp_path, capsys):
+    sweep, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep.write_text(TEXT.replace("specs: [baseline]", "specs: [baseline, w8-a16-kv:16]"))
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet", "--report"]) == 0
+    out = capsys.readouterr().out
+    written = (tmp_path / "s.md").read_text()
+    assert written.strip() and written.strip() in out
+    assert "w8-a16-kv:16" in written and "ledger" in written
+
+
 def test_run_refuses_a_bad_file_before_any_cell_with_the_line(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(TEXT.replace("specs: [baseline]", "specs: [baseline, w3x]"))

@@ -130,10 +130,16 @@ def test_stop_sequence_ends_the_turn_and_is_cut(client):
     assert body["choices"][0]["finish_reason"] == "stop"
 
 
-def test_seeded_sampling_repeats_and_seeds_differ(client):
+def test_seeded_sampling_repeats_and_seeds_differ():
+    # A random tiny model: the trained organism is so sure of its next call that samples agree.
+    import httpx
+
+    from qdrift.serve import ServerThread, load_served
+
     req = {"messages": [{"role": "user", "content": "Start key: k5."}], "temperature": 1.5, "max_tokens": 16}
-    texts = [client.post("/chat/completions", json={**req, "seed": s}).json()["choices"][0]["message"]["content"]
-             for s in (1, 1, 2, 3)]
+    with ServerThread(load_served("tiny:llama", "baseline")) as server, httpx.Client(base_url=server.url) as c:
+        texts = [c.post("/chat/completions", json={**req, "seed": s}).json()["choices"][0]["message"]["content"]
+                 for s in (1, 1, 2, 3)]
     assert texts[0] == texts[1]
     assert len(set(texts[1:])) > 1
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import timeit
 
 import torch
 
+from qdrift.backends.paged import PagePool
 from qdrift.backends.session import BatchSession
 
 
@@ -54,6 +56,12 @@ def main() -> None:
     print(f"batch 8 decode, {args.model}, prompt {args.prompt_len}, {args.steps} steps x {args.repeats} interleaved repeats")
     print(f"checks off: {m_off * 1e3:.3f} ms/step   checks on: {m_on * 1e3:.3f} ms/step   "
           f"overhead x{m_on / m_off:.4f} ({(m_on / m_off - 1) * 100:+.2f}%; target < +1%)")
+    # The check itself, timed alone: on a loaded machine the two arms' difference is mostly noise.
+    pool = PagePool(8, 16, torch.device("cpu"))
+    pool.reserve(args.prompt_len + args.steps)
+    n = 5000
+    per_check = timeit.timeit(pool.verify, number=n) / n
+    print(f"one check (once per forward): {per_check * 1e6:.1f} us = {per_check / m_off * 100:.3f}% of a checks-off step")
 
 
 if __name__ == "__main__":

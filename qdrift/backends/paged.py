@@ -68,7 +68,10 @@ class PagePool:
         """Raise PageIntegrityError for the first live row whose pages do not carry the expected tags."""
         if not self.check or self.n_pages == 0:
             return
-        bad = (self.tags[self.table] != self.expected).any(-1) & ~self.skip[:, None]  # [B, pages]
+        found = self.tags[self.table]  # [B, pages, 3]
+        if torch.equal(found, self.expected):  # the common case in one comparison, before locating a fault
+            return
+        bad = (found != self.expected).any(-1) & ~self.skip[:, None]  # [B, pages]
         if bool(bad.any()):
             row, idx = (int(i) for i in bad.nonzero()[0])
             phys = int(self.table[row, idx])
@@ -112,7 +115,9 @@ class PagedLayer(DynamicLayer):
         pool = self.pool
         if self.first:
             pool.reserve(pool.length + key_states.shape[-2])
-        pool.verify()  # before this layer writes or reads anything
+            # Once per forward, before any layer writes or reads: the tables and tags are shared by
+            # every layer and change only between forwards, so a fault aborts its row with nothing written.
+            pool.verify()
         if self.k_pages is None:
             self.is_initialized, self.device = True, key_states.device
             self.k_pages = key_states.new_zeros(0, pool.page_size, *key_states.shape[1:2], key_states.shape[-1])

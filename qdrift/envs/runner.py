@@ -48,7 +48,7 @@ class EpisodeRecord:
     success: bool
     steps: int
     first_error_step: int | None  # 0-based index of the first incorrect step, None if every step was right
-    stop_reason: str  # "done" (the environment ended it) | "max_steps"
+    stop_reason: str  # "done" (the environment ended it) | "max_steps" | "kv_integrity" (its cache pages failed the check)
 
     def row(self) -> dict:
         return asdict(self)
@@ -103,6 +103,9 @@ def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = 
                 continue
             if taken[r] >= env.max_steps:
                 finish(r, "max_steps")
+                continue
+            if gen.stop_reason == "kv_integrity":  # its cache can no longer be trusted: no later turn either
+                finish(r, "kv_integrity")
                 continue
             messages.append({"role": "tool", "name": call.name if call else "", "content": result.observation})
             policy.extend(r, messages, convs[r][1])  # a template that is not prefix-stable raises here

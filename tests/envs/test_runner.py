@@ -66,3 +66,25 @@ def test_tokenizer_without_pad_token_is_refused():
     tok.pad_token = None
     with pytest.raises(ValueError, match="no pad token"):
         HFPolicy(tiny_model("llama"), tok, tool_prompt_for(tok))
+
+
+def test_a_row_whose_cache_pages_fail_the_check_ends_its_episode_and_the_others_run_as_without_it():
+    clean_eps, clean_steps = run_episodes(policy(paged_kv=True), envs(3, horizon=4))
+    p = policy(paged_kv=True)
+    respond, turns = p.respond, []
+
+    def respond_then_corrupt(rows):
+        out = respond(rows)
+        turns.append(rows)
+        if len(turns) == 1:  # after the first turn: the allocator hands row 1's first page to row 0
+            p._session.cache.pool.inject("reassign", row=1, page_index=0, other=0)
+        return out
+
+    p.respond = respond_then_corrupt
+    eps, steps = run_episodes(p, envs(3, horizon=4))
+    assert eps[1].stop_reason == "kv_integrity" and not eps[1].success and eps[1].steps == 2
+    bad = [s for s in steps if s.episode == 1][-1]
+    assert bad.stop_reason == "kv_integrity" and "request 1" in bad.policy_error
+    for r in (0, 2):
+        assert [s.raw for s in steps if s.episode == r] == [s.raw for s in clean_steps if s.episode == r]
+        assert eps[r].stop_reason == clean_eps[r].stop_reason

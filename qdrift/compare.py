@@ -123,9 +123,16 @@ def _short_form_section(model: str, task: str, items: list[dict], baseline: str)
         by[r["config"]].append(float(r["correct"]))
     lines += [f"| `{c}` | {len(v)} | {sum(v) / len(v):.4f} |" for c, v in by.items()] + [""]
     for variant in (c for c in by if c != baseline):
-        _try(lines, f"`{variant}` vs `{baseline}`: paired comparison",
-             lambda v=variant: stats.paired_from_rows(items, "config", baseline, v, item_cols=["item"],
-                                                      outcome="correct"))
+        if {"doc_id", "answer"} <= items[0].keys():  # lm-eval rows: accuracy, flips, KL, gold log-prob
+            from qdrift.lmeval.compare import compare_short_form
+
+            _try(lines, f"`{variant}` vs `{baseline}`: paired accuracy, flip rate, KL and gold log-prob",
+                 lambda v=variant: compare_short_form([r for r in items if r["config"] == baseline],
+                                                      [r for r in items if r["config"] == v]))
+        else:
+            _try(lines, f"`{variant}` vs `{baseline}`: paired comparison",
+                 lambda v=variant: stats.paired_from_rows(items, "config", baseline, v, item_cols=["item"],
+                                                          outcome="correct"))
     return lines
 
 

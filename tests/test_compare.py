@@ -61,6 +61,27 @@ def test_compare_pairs_short_form_items_by_item_id(tmp_path):
     assert "Paired comparison: w4g128-a16-kv:16 vs baseline" in text and "n: items=10" in text
 
 
+def test_compare_reports_flips_kl_and_gold_logprob_for_lm_eval_rows(tmp_path):
+    import math
+
+    def item(doc, p_gold):  # two choices, gold first; the answer is the argmax
+        logp = [math.log(p_gold), math.log(1 - p_gold)]
+        return {"item": f"t/none/{doc}", "task": "t", "filter": "none", "doc_id": doc, "correct": float(p_gold > 0.5),
+                "answer": str(int(p_gold <= 0.5)), "gold_logprob": logp[0], "choice_logprob": logp}
+
+    with Store(tmp_path / "r.sqlite") as store:
+        for config, probs in (("baseline", [0.9] * 8), ("w3g128-a16-kv:16", [0.9] * 6 + [0.4, 0.3])):
+            cfg = {"model": "organism", "config": config, "spec": config, "kind": "short_form", "task": "t"}
+            store.record_done(cell_key(cfg), cfg, {"item": [item(d, p) for d, p in enumerate(probs)]}, 0.0, 1.0)
+    main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "r.md")])
+    text = (tmp_path / "r.md").read_text()
+    assert "paired accuracy, flip rate, KL and gold log-prob" in text and "2 of 8 answers changed" in text
+    kl = (2 * (0.9 * math.log(0.9 / 0.4) + 0.1 * math.log(0.1 / 0.6)) / 8,
+          (0.9 * math.log(0.9 / 0.3) + 0.1 * math.log(0.1 / 0.7)) / 8)
+    row = next(line for line in text.splitlines() if line.strip().startswith("mean KL"))
+    assert f"{kl[0] / 2 + kl[1]:.4f}" in row
+
+
 def test_compare_without_a_store_names_the_command_that_makes_one(tmp_path):
     with pytest.raises(SystemExit, match="run `qdrift sweep run FILE --store"):
         main(["compare", "--store", str(tmp_path / "none.sqlite")])

@@ -23,3 +23,5 @@ def test_lmeval_runner_is_registered_and_returns_items():
     assert len(rows) == 3
     assert len({r["item"] for r in rows}) == 3
     assert all(r["item"].startswith("organism_keys_mc/") for r in rows)
+    # the store's `model` column stays the sweep's model name; lm-eval's path is kept beside it
+    assert all("model" not in r and r["model_path"] for r in rows)

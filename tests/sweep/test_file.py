@@ -82,7 +82,7 @@ def test_short_form_without_its_runner_names_what_is_missing(monkeypatch):
 def test_the_shipped_default_sweep_is_found_and_valid():
     assert resolve_sweep_file("default") == default_sweep_path()
     sweep = load_sweep(default_sweep_path())
-    assert sweep.models == ("organism",) and sweep.specs[0] == "baseline" and len(sweep.specs) == 5
+    assert sweep.models == ("organism",) and sweep.specs[0] == "baseline" and len(sweep.specs) == 6
     agents = [t for t in sweep.tasks if t.kind == "agent"]
     assert agents and all(max(t.horizons) >= 64 for t in agents)
     assert {t.task for t in sweep.tasks if t.kind == "short_form"} == {"organism_keys_mc", "organism_keys_gen"}

@@ -24,6 +24,7 @@ def imported_after(module: str) -> set[str]:
         ("qdrift.sweep", {"torch", "transformers"}),
         ("qdrift.verify.run", {"torch", "transformers", "matplotlib"}),
         ("qdrift.report.card", {"torch", "transformers", "matplotlib"}),
+        ("qdrift.paper", {"torch", "transformers", "matplotlib"}),
     ],
 )
 def test_module_does_not_pull_in_heavier_layers(module, forbidden):

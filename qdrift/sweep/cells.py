@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qdrift.store import cell_key
+from qdrift.sweep.calibration import Calibration
 from qdrift.sweep.file import BASELINE, AgentTask, ShortFormTask, Sweep
 
 
@@ -21,6 +22,8 @@ class Cell:
     task: AgentTask | ShortFormTask
     horizon: int | None = None  # agent cells only
     version: str | None = None  # qdrift version; None means the running one
+    calibration: Calibration | None = None  # set only when the spec has static scales
+    dtype: str | None = None  # None: float32 (then not in the key, so earlier stores stay valid)
 
     def config(self) -> dict[str, Any]:
         import qdrift
@@ -36,9 +39,15 @@ class Cell:
             "task": t.name,
             "qdrift_version": self.version or qdrift.__version__,
         }
+        if self.dtype is not None:
+            config["dtype"] = self.dtype
+        if self.calibration is not None:
+            config["calibration"] = self.calibration.config()
         if isinstance(t, AgentTask):
             config.update(horizon=self.horizon, seeds=list(t.seeds), knobs=dict(t.knobs),
                           max_new_tokens=t.max_new_tokens)
+            if t.prompt:  # only when set, so cells with the model's default prompt keep their keys
+                config["prompt"] = dict(t.prompt)
         else:
             config.update(runner=t.runner, limit=t.limit, options=dict(t.options))
         return config
@@ -56,10 +65,13 @@ class Cell:
 
 def expand(sweep: Sweep) -> list[Cell]:
     """Every cell of the grid, grouped by model then spec (so each variant is quantized once)."""
+    from qdrift.sweep.calibration import needs_calibration
+
     cells = []
     for model in sweep.models:
         for spec in sweep.specs:
+            calibration = sweep.calibration if needs_calibration(spec) else None
             for task in sweep.tasks:
                 horizons = task.horizons if isinstance(task, AgentTask) else (None,)
-                cells += [Cell(model, spec, task, h) for h in horizons]
+                cells += [Cell(model, spec, task, h, calibration=calibration, dtype=sweep.dtype) for h in horizons]
     return cells

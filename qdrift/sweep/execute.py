@@ -94,12 +94,13 @@ def executor_for(sweep: Sweep, address: str | None = None) -> Executor:
     if sweep.executor == "ray":
         from qdrift.sweep.ray_executor import RayExecutor
 
-        return RayExecutor(partial(CellRunner, batch=sweep.batch), workers=sweep.workers,
+        return RayExecutor(partial(CellRunner, batch=sweep.batch, dtype=sweep.dtype, device=sweep.device), workers=sweep.workers,
                            threads=sweep.threads or 1, address=address)
     if address is not None:
         raise ValueError(f"a Ray address ({address!r}) needs the ray executor; this sweep's executor is "
                          f"{sweep.executor!r}")
-    return LocalExecutor(CellRunner(batch=sweep.batch), threads=sweep.threads)
+    return LocalExecutor(CellRunner(batch=sweep.batch, dtype=sweep.dtype, device=sweep.device),
+                         threads=sweep.threads)
 
 
 def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True,

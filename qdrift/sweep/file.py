@@ -10,11 +10,15 @@
         seeds: 20                       # a count of held-out seeds, or a list of held-out seeds
         knobs: {distractors: 20}        # optional environment knobs
         max_new_tokens: 32              # optional, per step
+        prompt: {mode: prompted, parser: hermes, prefill_opening: true}   # optional, tool_prompt_for options
       - kind: short_form
         runner: lmeval                  # a registered short-form runner (qdrift.sweep.shortform)
         task: gsm8k
         limit: 200                      # optional
         options: {num_fewshot: 5}       # optional, passed to the runner
+    calibration: {env: pointer_chase}   # required when a spec has static scales (qdrift.sweep.calibration)
+    dtype: bfloat16                     # optional: the models' dtype (float32 unless set; enters the cell key)
+    device: cuda                        # optional: where the models run (cpu unless set; not in the key)
     batch: 50                           # optional, episodes in lockstep
     threads: 2                          # optional, torch CPU threads (per worker under Ray)
     executor: ray                       # optional: 'local' (the default, cells one by one) or 'ray'
@@ -32,17 +36,24 @@ valid choices.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from qdrift.sweep.calibration import KEYS as CALIBRATION_KEYS
+from qdrift.sweep.calibration import Calibration, needs_calibration
 from qdrift.sweep.lines import LineDict, LineList, load_yaml
 
 BASELINE = "baseline"
-TOP_KEYS = ("name", "description", "models", "specs", "tasks", "batch", "threads", "executor", "workers", "wandb")
-AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens")
+TOP_KEYS = ("name", "description", "models", "specs", "tasks", "calibration", "dtype", "device", "batch", "threads",
+            "executor", "workers", "wandb")
+DTYPES = ("float32", "bfloat16", "float16")
+AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens", "prompt")
+PROMPT_KEYS = ("mode", "parser", "prefill_opening", "prefill_extra")
+PROMPT_MODES = ("auto", "native", "prompted")
 SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
 KINDS = ("agent", "short_form")
 WANDB_KEYS = ("project", "entity", "mode", "dir")
@@ -57,6 +68,7 @@ class AgentTask:
     seeds: tuple[int, ...]
     knobs: tuple[tuple[str, int], ...] = ()
     max_new_tokens: int = 32
+    prompt: tuple[tuple[str, Any], ...] = ()  # tool_prompt_for options; () is the model's default
     kind: str = "agent"
 
     @property
@@ -105,6 +117,9 @@ class Sweep:
     executor: str = "local"
     workers: int | None = None
     wandb: WandbOptions | None = None
+    calibration: Calibration | None = None  # enters the key of the cells whose spec calibrates
+    dtype: str | None = None  # None: float32; a set dtype enters every cell's key
+    device: str | None = None  # None: cpu; how the cells run, not what they measure
 
 
 class SweepError(ValueError):
@@ -185,10 +200,90 @@ def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep"
     if not isinstance(name, str) or not name:
         c.error(data.line_of("name"), f"name: must be a non-empty string, got {name!r}")
     wandb = _wandb(c, data)
+    calibration = _calibration(c, data, specs)
+    dtype, device = data.get("dtype"), data.get("device")
+    if dtype is not None and dtype not in DTYPES:
+        c.error(data.line_of("dtype"), f"dtype: unknown dtype {dtype!r}{_hint(dtype, DTYPES)}; valid dtypes: "
+                                       f"{', '.join(DTYPES)}")
+    if device is not None and not (isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device)):
+        c.error(data.line_of("device"), f"device: {device!r} is not a device; valid: cpu, cuda, cuda:<index>")
     if c.problems:
         raise SweepError(source, c.problems)
     return Sweep(name, models, specs, tasks, batch, threads, str(data.get("description", "")), source,
-                 executor, workers, wandb)
+                 executor, workers, wandb, calibration, dtype, device)
+
+
+def _calibration(c: _Checker, data: LineDict, specs: tuple[str, ...]) -> Calibration | None:
+    from qdrift.envs.registry import load_environment, make_environment
+
+    static = [s for s in specs if needs_calibration(s)]
+    block = data.get("calibration")
+    if block is None:
+        if static:
+            c.error(data.line_of("specs"), f"specs: {', '.join(static)} set static scales from calibration data; "
+                                           "add a block such as 'calibration: {env: pointer_chase, samples: 8}' "
+                                           "(oracle trajectories on training seeds)")
+        return None
+    line = data.line_of("calibration")
+    if not static:
+        c.error(line, "calibration: no spec in this sweep has static scales (@static); drop the block")
+        return None
+    if not isinstance(block, LineDict):
+        c.error(line, f"calibration: must be a mapping with keys {', '.join(CALIBRATION_KEYS)}, got {block!r}")
+        return None
+    c.keys(block, CALIBRATION_KEYS, "calibration.")
+    before = len(c.problems)
+    env = block.get("env")
+    try:
+        load_environment(env) if isinstance(env, str) else None
+    except (ValueError, TypeError, FileNotFoundError, ImportError, SyntaxError) as e:
+        c.error(block.line_of("env"), f"calibration.env: {e}")
+    if not isinstance(env, str):
+        c.error(block.line_of("env") if "env" in block else line,
+                f"calibration.env: name the environment whose training-seed trajectories calibrate, got {env!r}")
+    horizon = c.int_field(block, "horizon", "calibration.", 1, 16)
+    samples = c.int_field(block, "samples", "calibration.", 1, 8)
+    knobs = block.get("knobs", {})
+    if not isinstance(knobs, dict):
+        c.error(block.line_of("knobs"), f"calibration.knobs: must be a mapping of knob name to integer, got {knobs!r}")
+    prompt = _prompt(c, block, "calibration.")
+    if len(c.problems) > before:
+        return None
+    try:
+        make_environment(env, horizon=horizon, seed=0, split="train", **knobs)
+    except (ValueError, TypeError) as e:
+        c.error(line, f"calibration: {e}")
+        return None
+    return Calibration(env, horizon, samples, tuple(sorted(knobs.items())), prompt)
+
+
+def _prompt(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any], ...]:
+    """Validated tool_prompt_for options (types here; the tokenizer checks the rest when a cell runs)."""
+    from qdrift.envs.parsers import PARSERS
+
+    prompt = block.get("prompt")
+    if prompt is None:
+        return ()
+    if not isinstance(prompt, LineDict):
+        c.error(block.line_of("prompt"), f"{where}prompt: must be a mapping with keys {', '.join(PROMPT_KEYS)}, "
+                                         f"got {prompt!r}")
+        return ()
+    c.keys(prompt, PROMPT_KEYS, f"{where}prompt.")
+    mode, parser = prompt.get("mode", "auto"), prompt.get("parser")
+    if mode not in PROMPT_MODES:
+        c.error(prompt.line_of("mode"), f"{where}prompt.mode: unknown mode {mode!r}{_hint(mode, PROMPT_MODES)}; "
+                                        f"valid modes: {', '.join(PROMPT_MODES)}")
+    if parser is not None and parser not in PARSERS:
+        c.error(prompt.line_of("parser"), f"{where}prompt.parser: unknown format {parser!r}{_hint(parser, PARSERS)}; "
+                                          f"valid formats: {', '.join(PARSERS)}")
+    if not isinstance(prompt.get("prefill_opening", False), bool):
+        c.error(prompt.line_of("prefill_opening"), f"{where}prompt.prefill_opening: must be true or false")
+    if not isinstance(prompt.get("prefill_extra", ""), str):
+        c.error(prompt.line_of("prefill_extra"), f"{where}prompt.prefill_extra: must be a string")
+    elif prompt.get("prefill_extra") and not prompt.get("prefill_opening"):
+        c.error(prompt.line_of("prefill_extra"), f"{where}prompt.prefill_extra: follows the call opening; "
+                                                 "set prefill_opening: true too")
+    return tuple(sorted(prompt.items()))
 
 
 def _wandb(c: _Checker, data: LineDict) -> WandbOptions | None:
@@ -345,6 +440,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         c.error(task.line_of("knobs"), f"{where}knobs: must be a mapping of knob name to integer, got {knobs!r}")
         knobs = {}
     max_new = c.int_field(task, "max_new_tokens", where, 1, 32)
+    prompt = _prompt(c, task, where)
     if len(c.problems) > before:
         return None
     if cls is not None:  # the environment checks its own knobs (names, ranges) at every horizon
@@ -354,7 +450,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
             except (ValueError, TypeError) as e:
                 c.error(task.line_of("knobs" if knobs else "horizons"), f"{where}{e}")
                 return None
-    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new)
+    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt)
 
 
 def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask | None:

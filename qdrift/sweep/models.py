@@ -20,23 +20,35 @@ class ModelCache:
     (model, spec) pair replaces it. The base model is never modified (quantize works on a deep copy).
     """
 
-    def __init__(self):
+    def __init__(self, dtype: str | None = None, device: str | None = None):
+        self.dtype, self.device = dtype, device
         self._base: dict[str, tuple] = {}
         self._variant: tuple[tuple[str, str], object] | None = None
 
     def base(self, ref: str):
         if ref not in self._base:
-            self._base[ref] = load_model_ref(ref)
+            import torch
+
+            if self.device and self.device.startswith("cuda") and not torch.cuda.is_available():
+                raise RuntimeError(f"the sweep asks for device {self.device!r} but torch sees no CUDA device "
+                                   f"(torch {torch.__version__}); drop 'device:' to run on the CPU")
+            model, tokenizer = load_model_ref(ref, dtype=getattr(torch, self.dtype) if self.dtype else None)
+            if self.device:
+                model.to(self.device)
+            self._base[ref] = (model, tokenizer)
         return self._base[ref]
 
-    def get(self, ref: str, spec: str):
-        """(model, tokenizer) of `ref` quantized by `spec` ('baseline': the unquantized model)."""
+    def get(self, ref: str, spec: str, calibration=None):
+        """(model, tokenizer) of `ref` quantized by `spec` ('baseline': the unquantized model);
+        `calibration` (a `qdrift.sweep.calibration.Calibration`) for a spec with static scales."""
         base, tokenizer = self.base(ref)
         if spec == "baseline":
             return base, tokenizer
-        if self._variant is None or self._variant[0] != (ref, spec):
+        if self._variant is None or self._variant[0] != (ref, spec, calibration):
             import qdrift
 
             self._variant = None  # free the previous copy before making the next
-            self._variant = ((ref, spec), qdrift.quantize(copy.deepcopy(base), spec, keep_original=False))
+            batches = calibration.batches(tokenizer) if calibration is not None else None
+            model = qdrift.quantize(copy.deepcopy(base), spec, keep_original=False, calibration=batches)
+            self._variant = ((ref, spec, calibration), model)
         return self._variant[1], tokenizer

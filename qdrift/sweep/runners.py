@@ -15,12 +15,13 @@ from qdrift.sweep.models import ModelCache
 class CellRunner:
     """Callable cell -> {row kind: rows}, holding the model cache across cells."""
 
-    def __init__(self, models: ModelCache | None = None, batch: int = 50):
-        self.models = models or ModelCache()
+    def __init__(self, models: ModelCache | None = None, batch: int = 50, dtype: str | None = None,
+                 device: str | None = None):
+        self.models = models or ModelCache(dtype=dtype, device=device)
         self.batch = batch
 
     def __call__(self, cell: Cell) -> dict[str, list[dict]]:
-        model, tokenizer = self.models.get(cell.model, cell.spec)
+        model, tokenizer = self.models.get(cell.model, cell.spec, cell.calibration)
         if isinstance(cell.task, AgentTask):
             return run_agent_cell(model, tokenizer, cell, self.batch)
         return run_short_form_cell(model, tokenizer, cell)
@@ -34,7 +35,7 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50) -> dict[str, l
     from qdrift.envs.runner import run_episodes
 
     task: AgentTask = cell.task
-    prompt = tool_prompt_for(tokenizer)
+    prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
     episodes, steps = [], []
     seeds = list(task.seeds)
     for start in range(0, len(seeds), batch):

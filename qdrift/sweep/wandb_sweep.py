@@ -96,7 +96,10 @@ def select_cell(sweep: Sweep, model: str, spec: str, task: str, horizon: int | N
         _pick("horizon", horizon, chosen.horizons, f"{sweep.source} (task {task!r})")
     elif horizon is not None:
         raise ValueError(f"task {task!r} is a short-form task and has no horizon; drop --horizon {horizon}")
-    return Cell(model, spec, chosen, horizon)
+    from qdrift.sweep.calibration import needs_calibration
+
+    return Cell(model, spec, chosen, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
+                dtype=sweep.dtype)
 
 
 def single_cell_sweep(sweep: Sweep, cell: Cell) -> Sweep:

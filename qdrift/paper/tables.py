@@ -1,0 +1,256 @@
+"""The paper's numbers, computed from a results store: one `ModelResults` per (store, model).
+
+Every table and every number the paper quotes comes from here (or from `qdrift.stats.power` and
+`qdrift.capacity`, which compute rather than measure), so the text is regenerated, never typed.
+An analysis that cannot be computed (too few rows, no baseline) yields its reason, which the
+paper prints in place of the number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+BASELINE = "baseline"
+ITEM_COLS = ["env", "horizon", "seed", "trial"]
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """A number for a table: '–' for missing or NaN, fixed digits, tiny p-values in e-notation."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float) and x != 0 and abs(x) < 10 ** -digits:
+        return f"{x:.1e}"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def ci(pair, digits: int = 3) -> str:
+    lo, hi = pair
+    return f"[{fmt(float(lo), digits)}, {fmt(float(hi), digits)}]"
+
+
+def md_table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class ModelResults:
+    """One model's rows from a store, and the analyses the paper reports on them."""
+
+    model: str
+    labels: dict[str, str]  # canonical spec -> short label
+    episodes: dict[str, list[dict]] = field(default_factory=dict)  # env -> episode rows
+    steps: dict[str, list[dict]] = field(default_factory=dict)  # env -> step rows
+    items: dict[str, list[dict]] = field(default_factory=dict)  # short-form task -> item rows
+    wall_s: float = 0.0
+    cells: int = 0
+    failed: list[str] = field(default_factory=list)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_store(cls, store, model: str, labels: dict[str, str], keys: set[str]) -> ModelResults:
+        """`model`'s rows among the cells `keys` (the sweep's current cells: a store may hold others)."""
+        out = cls(model, labels)
+        done = []
+        for c in store.cells():
+            if c["key"] not in keys or c["config"].get("model") != model:
+                continue
+            if c["status"] == "done":
+                out.cells += 1
+                out.wall_s += c.get("wall_s") or 0.0
+                done.append(c["key"])
+            else:
+                cfg = c["config"]
+                out.failed.append(f"{cfg.get('spec')} {cfg.get('task')} L={cfg.get('horizon')}")
+        for kind, target in (("episode", out.episodes), ("step", out.steps), ("item", out.items)):
+            groups = defaultdict(list)
+            for r in store.rows(kind, keys=done):
+                if r["model"] == model:
+                    groups[r["task"]].append(r)
+            target.update(groups)
+        return out
+
+    # ------------------------------------------------------------------ names
+
+    def label(self, config: str) -> str:
+        return self.labels.get(config, config)
+
+    def configs(self, env: str | None = None) -> list[str]:
+        rows = self.episodes.get(env, []) if env else [r for v in (*self.episodes.values(), *self.items.values())
+                                                        for r in v]
+        present = set(r["config"] for r in rows)
+        ordered = [c for c in self.labels if c in present]
+        return ordered + sorted(present - set(ordered))
+
+    def variants(self, env: str | None = None) -> list[str]:
+        return [c for c in self.configs(env) if c != BASELINE]
+
+    def horizons(self, env: str) -> list[int]:
+        return sorted({int(r["horizon"]) for r in self.episodes.get(env, [])})
+
+    # ------------------------------------------------------------------ agent numbers
+
+    def success(self, env: str, config: str, horizon: int) -> tuple[int, int]:
+        rows = [r for r in self.episodes.get(env, []) if r["config"] == config and int(r["horizon"]) == horizon]
+        return sum(bool(r["success"]) for r in rows), len(rows)
+
+    def success_rate(self, env: str, config: str, horizon: int) -> float:
+        k, n = self.success(env, config, horizon)
+        return k / n if n else float("nan")
+
+    def step_accuracy(self, env: str, config: str, horizon: int | None = None) -> tuple[int, int]:
+        rows = [r for r in self.steps.get(env, []) if r["config"] == config
+                and (horizon is None or int(r["horizon"]) == horizon)]
+        return sum(bool(r["correct"]) for r in rows), len(rows)
+
+    def _memo(self, key, fn):
+        if key not in self._cache:
+            try:
+                self._cache[key] = (fn(), None)
+            except (ValueError, KeyError, ZeroDivisionError, ArithmeticError) as e:
+                self._cache[key] = (None, str(e))
+        return self._cache[key]
+
+    def step_error(self, env: str):
+        from qdrift import stats
+
+        if not self.episodes.get(env):
+            return None, f"no {env} episodes of {self.model} in the store yet"
+        return self._memo(("ratio", env), lambda: stats.step_error_ratio(self.episodes[env], "config",
+                                                                         baseline=BASELINE))
+
+    def compounding(self, env: str, variant: str):
+        from qdrift import stats
+
+        if not self.episodes.get(env):
+            return None, f"no {env} episodes of {self.model} in the store yet"
+        return self._memo(("comp", env, variant), lambda: stats.compounding_test(self.episodes[env], "config",
+                                                                                 BASELINE, variant))
+
+    def paired_at(self, env: str, variant: str, horizon: int):
+        from qdrift import stats
+
+        rows = [r for r in self.episodes.get(env, []) if int(r["horizon"]) == horizon]
+        return self._memo(("paired", env, variant, horizon),
+                          lambda: stats.paired_from_rows(rows, "config", BASELINE, variant, item_cols=ITEM_COLS,
+                                                         cluster_col="seed"))
+
+    def interaction(self, env: str, variant: str) -> dict:
+        """The variant x horizon term of the compounding test: coef, CI, one-sided p (or the reason)."""
+        res, err = self.compounding(env, variant)
+        if res is None:
+            return {"error": err}
+        row = res.row(term="variant:h")
+        return {**row, "firth": res.extra["firth"]}
+
+    def significant_compounding(self, env: str, alpha: float = 0.05) -> list[str]:
+        return [v for v in self.variants(env) if (self.interaction(env, v).get("p_value") or 1) < alpha]
+
+    def success_table(self, env: str) -> str:
+        hs = self.horizons(env)
+        rows = []
+        for c in self.configs(env):
+            rows.append([self.label(c)] + [self._frac(*self.success(env, c, h)) for h in hs])
+        return md_table(["config"] + [f"L = {h}" for h in hs], rows)
+
+    def step_accuracy_table(self, env: str) -> str:
+        hs = self.horizons(env)
+        rows = []
+        for c in self.configs(env):
+            cells = []
+            for h in hs:
+                k, n = self.step_accuracy(env, c, h)
+                cells.append(fmt(k / n, 4) if n else "–")
+            rows.append([self.label(c)] + cells)
+        return md_table(["config"] + [f"L = {h}" for h in hs], rows)
+
+    def step_error_table(self, env: str) -> str:
+        res, err = self.step_error(env)
+        if res is None:
+            return f"Not computed: {err}"
+        rates = {r["config"]: r for r in res.rows if r["quantity"] == "p_step"}
+        ratios = {r["config"].split("/")[0]: r for r in res.rows if r["quantity"] == "p_step ratio"}
+        rows = []
+        for c in self.configs(env):
+            p = rates[c]
+            rt = ratios.get(c)
+            rows.append([self.label(c), p["errors"], p["steps_at_risk"], fmt(p["estimate"], 5), ci(p["ci"], 5),
+                         fmt(rt["estimate"], 2) if rt else "1 (reference)", ci(rt["ci"], 2) if rt else ""])
+        return md_table(["config", "first errors", "steps at risk", "per-step error rate", "95% CI",
+                         "ratio to baseline", "95% CI"], rows)
+
+    def compounding_table(self, env: str) -> str:
+        rows = []
+        for v in self.variants(env):
+            it = self.interaction(env, v)
+            if "error" in it:
+                rows.append([self.label(v), "–", "–", "–", f"not computed: {it['error']}"])
+                continue
+            rows.append([self.label(v), f"{it['coef']:.3f}", ci(it["ci"], 2), fmt(it["p_value"], 3),
+                         "Firth (separation)" if it["firth"] else "cluster-robust"])
+        return md_table(["variant", "variant x log L", "95% CI", "p (one-sided, deficit grows)", "fit"], rows)
+
+    @staticmethod
+    def _frac(k: int, n: int) -> str:
+        return f"{k}/{n}" if n else "–"
+
+    # ------------------------------------------------------------------ short-form numbers
+
+    def short_form(self, task: str, variant: str):
+        rows = self.items.get(task, [])
+        base = [r for r in rows if r["config"] == BASELINE]
+        var = [r for r in rows if r["config"] == variant]
+
+        def run():
+            if {"doc_id", "answer"} <= set(rows[0]):
+                from qdrift.lmeval.compare import compare_short_form
+
+                return compare_short_form(base, var)
+            from qdrift import stats
+
+            return stats.paired_from_rows(rows, "config", BASELINE, variant, item_cols=["item"], outcome="correct")
+
+        return self._memo(("short", task, variant), run)
+
+    def accuracy(self, task: str, config: str) -> tuple[float, int]:
+        vals = [float(r["correct"]) for r in self.items.get(task, []) if r["config"] == config]
+        return (sum(vals) / len(vals) if vals else float("nan")), len(vals)
+
+    def short_form_table(self, task: str) -> str:
+        rows = []
+        acc0, n = self.accuracy(task, BASELINE)
+        rows.append([self.label(BASELINE), n, fmt(acc0), "", "", "", ""])
+        for v in self.variants():
+            if not any(r["config"] == v for r in self.items.get(task, [])):
+                continue
+            acc, _ = self.accuracy(task, v)
+            res, err = self.short_form(task, v)
+            if res is None:
+                rows.append([self.label(v), n, fmt(acc), f"not computed: {err}", "", "", ""])
+                continue
+            diff, p, flips, kl = _short_numbers(res)
+            rows.append([self.label(v), n, fmt(acc), diff, p, flips, kl])
+        return md_table(["config", "items", "accuracy", "difference [95% CI]", "McNemar p", "flip rate",
+                         "KL over choices"], rows)
+
+
+def _short_numbers(res) -> tuple[str, str, str, str]:
+    """(difference with CI, McNemar p, flip rate, KL) from a ShortFormResult or a PairedResult."""
+    def get(*names):
+        for name in names:
+            for r in res.rows:
+                if r["quantity"] == name:
+                    return r
+        return None
+
+    d = get("accuracy difference (CLT)", "difference (CLT)")
+    m = get("accuracy McNemar exact", "McNemar exact")
+    f = get("flip rate")
+    k = get("mean KL(base||variant) over choices")
+    diff = f"{fmt(d['estimate'])} {ci((d['ci_low'], d['ci_high']))}" if d else "–"
+    return (diff, fmt(m["p_value"]) if m else "–", fmt(f["estimate"]) if f else "–",
+            fmt(k["estimate"], 4) if k else "–")

@@ -1,0 +1,143 @@
+"""`qdrift paper`: the sweeps run (and resume), every number comes from the store, the document builds."""
+
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from qdrift.paper import build_paper, load_config
+from qdrift.store import Store
+
+PAPER = Path(__file__).resolve().parents[2] / "paper"
+SPECS = ["baseline", "w4g128-a16-kv:16", "w16-a16-kv:fp8e4m3@static"]
+SMALL_ORGANISM = """\
+name: small
+models: [organism]
+specs: [baseline, w4g128-a16-kv:16, w16-a16-kv:fp8e4m3@static]
+calibration: {env: pointer_chase, horizon: 2, samples: 2}
+tasks:
+  - kind: short_form
+    runner: lmeval
+    task: organism_keys_mc
+    limit: 4
+  - kind: short_form
+    runner: lmeval
+    task: organism_keys_gen
+    limit: 3
+  - env: pointer_chase
+    horizons: [1, 3]
+    seeds: 3
+  - env: ledger
+    knobs: {echo: 1}
+    horizons: [1, 2]
+    seeds: 2
+batch: 4
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The real template and labels, on a small organism sweep (no SmolLM2), built once."""
+    root = tmp_path_factory.mktemp("paper")
+    shutil.copy(PAPER / "paper.md.j2", root)
+    (root / "sweeps").mkdir()
+    (root / "sweeps" / "organism.yaml").write_text(SMALL_ORGANISM)
+    text = (PAPER / "paper.yaml").read_text().replace("  - sweeps/smollm2.yaml\n", "")
+    (root / "paper.yaml").write_text(text)
+    build_paper(root, progress=False)
+    return root
+
+
+def test_the_paper_directory_names_its_sweeps_template_and_a_label_for_every_spec():
+    from qdrift.sweep import load_sweep
+
+    cfg = load_config(PAPER)
+    assert [p.name for p in cfg.sweeps] == ["organism.yaml", "smollm2.yaml"]
+    for path in cfg.sweeps:
+        assert set(load_sweep(path).specs) == set(cfg.labels), path
+    assert (PAPER / "Makefile").read_text().count("$(QDRIFT) paper .") == 2
+
+
+def test_the_gpu_sweep_file_validates_once_its_model_directory_exists(tmp_path, monkeypatch):
+    from qdrift.sweep import SweepError, load_sweep
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SweepError, match="models/Qwen2.5-7B-Instruct"):
+        load_sweep(PAPER / "gpu" / "qwen7b.yaml")
+    (tmp_path / "models" / "Qwen2.5-7B-Instruct").mkdir(parents=True)
+    sweep = load_sweep(PAPER / "gpu" / "qwen7b.yaml")
+    assert sweep.device == "cuda" and sweep.dtype == "bfloat16" and max(sweep.tasks[2].horizons) == 200
+    assert set(sweep.specs) == set(load_config(PAPER).labels)
+
+
+def test_every_cell_ran_and_the_document_was_written(built):
+    with Store(built / "runs" / "organism.sqlite") as store:
+        cells = store.cells()
+    assert len(cells) == 3 * (2 + 2 + 2) and all(c["status"] == "done" for c in cells)
+    md = (built / "out" / "paper.md").read_text()
+    html = (built / "out" / "paper.html").read_text()
+    assert "<table>" in html and "<h1>Does quantization error compound" in html
+    assert "Incomplete" not in md and "{{" not in md and "Not part of this build" in md
+    for png in re.findall(r"\]\(([^)]+\.png)\)", md):
+        assert (built / "out" / png).stat().st_size > 1000, png
+
+
+def success_row(md: str, label: str, section: str) -> list[str]:
+    part = md.split(section, 1)[1]
+    row = next(line for line in part.splitlines() if line.startswith(f"| {label} |"))
+    return [c.strip() for c in row.strip("|").split("|")][1:]
+
+
+def test_success_counts_in_the_paper_are_the_stores(built):
+    md = (built / "out" / "paper.md").read_text()
+    con = sqlite3.connect(built / "runs" / "organism.sqlite")
+    data = con.execute("SELECT c.config, r.data FROM rows r JOIN cells c ON c.key = r.cell WHERE r.kind = 'episode'")
+    import json
+
+    counts: dict = {}
+    for config, row in data:
+        cfg, row = json.loads(config), json.loads(row)
+        if cfg["task"] == "pointer_chase":
+            k = counts.setdefault((cfg["spec"], cfg["horizon"]), [0, 0])
+            k[0] += bool(row["success"])
+            k[1] += 1
+    labels = load_config(PAPER).labels
+    for spec in SPECS:
+        expected = [f"{counts[(spec, h)][0]}/{counts[(spec, h)][1]}" for h in (1, 3)]
+        assert success_row(md, labels[spec], "### 3.1 Pointer chasing") == expected
+
+
+def test_short_form_accuracy_in_the_paper_is_the_stores(built):
+    md = (built / "out" / "paper.md").read_text()
+    with Store(built / "runs" / "organism.sqlite") as store:
+        items = [r for r in store.rows("item") if r["task"] == "organism_keys_mc" and r["config"] == "baseline"]
+    acc = sum(float(r["correct"]) for r in items) / len(items)
+    section = md.split("## 5 Short form against long horizon", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| baseline |"))
+    assert row.split("|")[2].strip() == "4" and row.split("|")[3].strip() == f"{acc:.3f}"
+
+
+def test_a_rebuild_without_running_reads_the_store_and_runs_nothing(built, capsys):
+    before = (built / "runs" / "organism.sqlite").stat().st_mtime_ns
+    build_paper(built, run=False, progress=False)
+    assert (built / "runs" / "organism.sqlite").stat().st_mtime_ns == before
+    assert "paper:" in capsys.readouterr().out
+
+
+def test_an_unfinished_sweep_is_said_at_the_top(built, tmp_path):
+    root = tmp_path / "p"
+    shutil.copytree(built, root)
+    with sqlite3.connect(root / "runs" / "organism.sqlite") as con:
+        con.execute("DELETE FROM cells WHERE replace(config, ' ', '') LIKE '%\"horizon\":3,%'")
+    build_paper(root, run=False, progress=False)
+    head = (root / "out" / "paper.md").read_text().split("## Abstract")[0]
+    assert "15 of 18 cells done" in head and "Incomplete" in head
+
+
+def test_a_directory_without_paper_yaml_is_a_clear_error(tmp_path):
+    from qdrift.cli import main
+
+    with pytest.raises(SystemExit, match="paper.yaml not found.*title, sweeps, template, labels"):
+        main(["paper", str(tmp_path), "--no-run"])

@@ -190,7 +190,7 @@ class ModelResults:
             if "error" in it:
                 rows.append([self.label(v), "–", "–", "–", f"not computed: {it['error']}"])
                 continue
-            rows.append([self.label(v), f"{it['coef']:.3f}", ci(it["ci"], 2), fmt(it["p_value"], 3),
+            rows.append([self.label(v), fmt(float(it["coef"]), 3), ci(it["ci"], 2), fmt(it["p_value"], 3),
                          "Firth (separation)" if it["firth"] else "cluster-robust"])
         return md_table(["variant", "variant x log L", "95% CI", "p (one-sided, deficit grows)", "fit"], rows)
 

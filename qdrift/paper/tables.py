@@ -26,6 +26,14 @@ def fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
+def coef(x: Any, digits: int = 3) -> str:
+    """A model coefficient: fixed digits only (a 1e-15 is a zero, not a small p-value)."""
+    x = float(x)
+    if math.isnan(x):
+        return "–"
+    return f"{0.0 if round(x, digits) == 0 else x:.{digits}f}"
+
+
 def ci(pair, digits: int = 3) -> str:
     lo, hi = pair
     return f"[{fmt(float(lo), digits)}, {fmt(float(hi), digits)}]"
@@ -173,7 +181,8 @@ class ModelResults:
         if res is None:
             return f"Not computed: {err}"
         rates = {r["config"]: r for r in res.rows if r["quantity"] == "p_step"}
-        ratios = {r["config"].split("/")[0]: r for r in res.rows if r["quantity"] == "p_step ratio"}
+        # Ratio rows are named 'variant/baseline'; a spec string may itself contain '/'.
+        ratios = {r["config"].removesuffix(f"/{BASELINE}"): r for r in res.rows if r["quantity"] == "p_step ratio"}
         rows = []
         for c in self.configs(env):
             p = rates[c]
@@ -190,7 +199,7 @@ class ModelResults:
             if "error" in it:
                 rows.append([self.label(v), "–", "–", "–", f"not computed: {it['error']}"])
                 continue
-            rows.append([self.label(v), fmt(float(it["coef"]), 3), ci(it["ci"], 2), fmt(it["p_value"], 3),
+            rows.append([self.label(v), coef(it["coef"]), ci(it["ci"], 2), fmt(it["p_value"], 3),
                          "Firth (separation)" if it["firth"] else "cluster-robust"])
         return md_table(["variant", "variant x log L", "95% CI", "p (one-sided, deficit grows)", "fit"], rows)
 

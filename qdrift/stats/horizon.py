@@ -351,11 +351,20 @@ def step_error_ratio(rows, config_col: str = "config", baseline: str | None = No
     for i, c in enumerate(configs):
         if i == b:
             continue
+        var = None
         if i in params and b in params:
             ji, jb = fit_cfg.index(i), fit_cfg.index(b)
+            var = cov[ji, ji] + cov[jb, jb] - 2 * cov[ji, jb]
+        if var is not None and var > 1e-12 * (cov[ji, ji] + cov[jb, jb]):
             d = params[i] - params[b]
-            se = math.sqrt(cov[ji, ji] + cov[jb, jb] - 2 * cov[ji, jb])
+            se = math.sqrt(var)
             est, ci = math.exp(d), (math.exp(d - z * se), math.exp(d + z * se))
+        elif var is not None:
+            # The same errors in the same clusters: the sandwich variance of the difference is 0 (or
+            # rounds below it), a zero-width interval that claims certainty no data support.
+            est, ci = _exact_ratio(e_c[i], r_c[i], e_c[b], r_c[b], alpha)
+            notes.append(f"{c}/{base}: the same errors in the same clusters, so the cluster-robust variance of "
+                         "the ratio is 0; exact conditional binomial interval instead (not cluster-robust)")
         else:
             est, ci = _exact_ratio(e_c[i], r_c[i], e_c[b], r_c[b], alpha)
             notes.append(f"{c}/{base}: a config has no errors; ratio {est} with the exact conditional "

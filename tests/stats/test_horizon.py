@@ -132,6 +132,26 @@ def test_step_error_ratio_zero_errors_uses_exact_interval():
     assert any("exact" in n for n in res.notes)
 
 
+def test_step_error_ratio_of_identical_configs_is_one_with_an_exact_interval_not_zero_width():
+    df = geometric(np.random.default_rng(11), {"baseline": 0.02}, seeds=20)
+    twin = df.assign(config="w8")  # the same first errors in the same seeds
+    res = step_error_ratio(pd.concat([df, twin]))
+    r = res.row(quantity="p_step ratio")
+    e = int(df["first_error_step"].notna().sum())
+    # The exact conditional interval for equal counts: Clopper-Pearson on e of 2e, mapped to a ratio.
+    lo, hi = stats_beta_ci(e, 2 * e)
+    assert r["estimate"] == pytest.approx(1.0)
+    assert r["ci"][0] == pytest.approx(lo / (1 - lo)) and r["ci"][1] == pytest.approx(hi / (1 - hi))
+    assert r["ci"][0] < 0.9 and r["ci"][1] > 1.1  # not the zero-width [1, 1]
+    assert any("variance of the ratio is 0" in n for n in res.notes)
+
+
+def stats_beta_ci(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    from scipy.stats import beta
+
+    return beta.ppf(alpha / 2, k, n - k + 1), beta.ppf(1 - alpha / 2, k + 1, n - k)
+
+
 def test_bad_inputs():
     df = geometric(np.random.default_rng(10), {"baseline": 0.02}, seeds=3, horizons=(8,))
     with pytest.raises(ValueError, match="at least 2 distinct horizons"):

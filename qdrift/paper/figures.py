@@ -61,10 +61,12 @@ def step_error_forest(results: list[tuple[ModelResults, str]], path: Path) -> st
     if not panels:
         return None
     plt = _plt()
+    from matplotlib.ticker import LogLocator, NullFormatter
+
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, (res, env, ratio) in zip(axes[0], panels, strict=True):
         rows = [r for r in ratio.rows if r["quantity"] == "p_step ratio"]
-        names = [res.label(r["config"].split("/")[0]) for r in rows]
+        names = [res.label(r["config"].removesuffix(f"/{BASELINE}")) for r in rows]  # specs may hold '/'
         for i, r in enumerate(rows):
             est, (lo, hi) = r["estimate"], r["ci"]
             if est == est and est > 0:  # not NaN; a ratio of 0 cannot sit on a log axis
@@ -74,10 +76,24 @@ def step_error_forest(results: list[tuple[ModelResults, str]], path: Path) -> st
                 ax.text(1, i, "no errors in either" if est != est else "0 errors", va="center", fontsize=8)
         ax.axvline(1, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_minor_formatter(NullFormatter())  # unlabelled minor ticks: short ranges overprint
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.set_xlabel("per-step error rate / baseline's")
         ax.set_title(f"{res.model}: {env}", fontsize=9)
     return _save(fig, path)
+
+
+def _scatter(ax, points: dict[str, tuple[float, float]]) -> None:
+    """One marker per point, configs that land on the same point named together."""
+    at: dict[tuple[float, float], list[str]] = {}
+    for name, xy in points.items():
+        at.setdefault((round(xy[0], 9), round(xy[1], 9)), []).append(name)
+    for (x, y), names in at.items():
+        ax.plot([x], [y], "o")
+        ax.annotate(", ".join(names), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axvline(0, color="grey", lw=0.8)
 
 
 def contrast(res: ModelResults, task: str, env: str, horizon: int, path: Path) -> str | None:
@@ -88,15 +104,35 @@ def contrast(res: ModelResults, task: str, env: str, horizon: int, path: Path) -
     fig, ax = plt.subplots(figsize=(5, 4))
     acc0, _ = res.accuracy(task, BASELINE)
     s0 = res.success_rate(env, BASELINE, horizon)
+    points = {}
     for v in res.variants():
         acc, n = res.accuracy(task, v)
         s = res.success_rate(env, v, horizon)
         if n and s == s:
-            ax.plot([acc - acc0], [s - s0], "o")
-            ax.annotate(res.label(v), (acc - acc0, s - s0), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.axvline(0, color="grey", lw=0.8)
+            points[res.label(v)] = (acc - acc0, s - s0)
+    _scatter(ax, points)
     ax.set_xlabel(f"short-form accuracy change ({task})")
     ax.set_ylabel(f"success change, {env} L = {horizon}")
+    ax.set_title(res.model)
+    return _save(fig, path)
+
+
+def tool_contrast(res: ModelResults, task: str, env: str, path: Path) -> str | None:
+    """Each variant's short-form accuracy change against its change in the share of schema-valid calls."""
+    if task not in res.items or env not in res.steps:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    acc0, _ = res.accuracy(task, BASELINE)
+    v0 = res.validity(env, BASELINE)["schema_valid"]
+    points = {}
+    for v in res.variants():
+        acc, n = res.accuracy(task, v)
+        sv = res.validity(env, v)["schema_valid"]
+        if n and sv == sv:
+            points[res.label(v)] = (acc - acc0, sv - v0)
+    _scatter(ax, points)
+    ax.set_xlabel(f"short-form accuracy change ({task})")
+    ax.set_ylabel(f"change in schema-valid calls, {env}")
     ax.set_title(res.model)
     return _save(fig, path)

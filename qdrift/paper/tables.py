@@ -203,6 +203,45 @@ class ModelResults:
                          "Firth (separation)" if it["firth"] else "cluster-robust"])
         return md_table(["variant", "variant x log L", "95% CI", "p (one-sided, deficit grows)", "fit"], rows)
 
+    def validity(self, env: str, config: str) -> dict[str, float]:
+        """Shares of scored steps with valid JSON, a schema-valid call and the oracle's call."""
+        st = [r for r in self.steps.get(env, []) if r["config"] == config]
+        return {k: (sum(bool(r[k]) for r in st) / len(st) if st else float("nan"))
+                for k in ("json_valid", "schema_valid", "correct")}
+
+    def short_form_blind(self, task: str, env: str, margin: float = 0.01, drop: float = 0.2) -> list[dict]:
+        """Variants whose short-form accuracy stays within `margin` of the baseline's while their share
+        of schema-valid tool calls on `env` falls by at least `drop`. KV-only specs are left out: a
+        loglikelihood-scored task runs without a cache, so they cannot move it."""
+        base_acc, v0 = self.accuracy(task, BASELINE)[0], self.validity(env, BASELINE)
+        out = []
+        for v in self.variants():
+            acc, n = self.accuracy(task, v)
+            vv = self.validity(env, v)
+            if not n or kv_only(v) or math.isnan(vv["schema_valid"]):
+                continue
+            if abs(acc - base_acc) <= margin + 1e-12 and v0["schema_valid"] - vv["schema_valid"] >= drop:
+                out.append({"config": v, "diff": acc - base_acc, "base": v0, "variant": vv,
+                            "drop": v0["schema_valid"] - vv["schema_valid"]})
+        return out
+
+    def validity_table(self, env: str) -> str:
+        """Over all scored steps per config: calls that parse as JSON, that validate against the tool's
+        schema, and that the oracle accepts (what a tool-call validity figure counts)."""
+        rows = []
+        for c in self.configs(env):
+            v = self.validity(env, c)
+            rows.append([self.label(c), self.step_accuracy(env, c)[1]] + [fmt(x) for x in v.values()])
+        return md_table(["config", "steps", "valid JSON", "schema-valid", "correct"], rows)
+
+    def raised_step_error(self, env: str) -> list[tuple[str, float, tuple[float, float]]]:
+        """Variants whose per-step error-rate ratio to the baseline has a 95% interval above 1."""
+        res, _ = self.step_error(env)
+        if res is None:
+            return []
+        return [(r["config"].removesuffix(f"/{BASELINE}"), r["estimate"], r["ci"]) for r in res.rows
+                if r["quantity"] == "p_step ratio" and r["ci"][0] > 1]
+
     @staticmethod
     def _frac(k: int, n: int) -> str:
         return f"{k}/{n}" if n else "–"
@@ -245,6 +284,17 @@ class ModelResults:
             rows.append([self.label(v), n, fmt(acc), diff, p, flips, kl])
         return md_table(["config", "items", "accuracy", "difference [95% CI]", "McNemar p", "flip rate",
                          "KL over choices"], rows)
+
+
+def kv_only(config: str) -> bool:
+    """Whether a spec quantizes the KV cache and nothing else."""
+    if config == BASELINE:
+        return False
+    from qdrift.spec import QuantSpec
+
+    s = QuantSpec.parse(config)
+    phases = [getattr(s, p) for p in ("prefill", "decode")]
+    return all(ph.weights is None and ph.activations is None for ph in phases)
 
 
 def _short_numbers(res) -> tuple[str, str, str, str]:

@@ -2,7 +2,9 @@
 
 import math
 
-from qdrift.paper.tables import ModelResults, coef
+import pytest
+
+from qdrift.paper.tables import ModelResults, coef, kv_only
 
 PHASED = "wfp8e4m3/4g128-afp8e4m3/16-kv:fp8e4m3@unit"  # a spec string with '/' in it
 
@@ -27,3 +29,26 @@ def test_a_variant_whose_spec_has_a_slash_gets_its_own_ratio_row():
 def test_coefficients_print_as_fixed_digits_and_rounding_noise_as_zero():
     assert coef(3e-15) == coef(-2.5e-14) == "0.000"
     assert coef(-0.8221) == "-0.822" and coef(math.nan) == "–"
+
+
+def steps(config: str, json_ok: int, schema_ok: int, correct: int, n: int = 10) -> list[dict]:
+    return [{"config": config, "horizon": 4, "seed": i, "json_valid": i < json_ok, "schema_valid": i < schema_ok,
+             "correct": i < correct} for i in range(n)]
+
+
+def items(config: str, correct: int, n: int = 100) -> list[dict]:
+    return [{"config": config, "item": i, "correct": i < correct} for i in range(n)]
+
+
+def test_short_form_blind_names_weight_specs_that_keep_accuracy_but_break_tool_calls_and_skips_kv_only():
+    res = ModelResults("m", {})
+    res.steps["pointer_chase"] = (steps("baseline", 10, 6, 4) + steps("w4g64-a16-kv:16", 2, 1, 1)
+                                  + steps("w8-a16-kv:16", 10, 6, 4) + steps("w16-a16-kv:fp8e4m3@unit", 10, 1, 1))
+    res.items["mmlu"] = (items("baseline", 30) + items("w4g64-a16-kv:16", 31) + items("w8-a16-kv:16", 30)
+                         + items("w16-a16-kv:fp8e4m3@unit", 30))
+    assert res.validity("pointer_chase", "w4g64-a16-kv:16") == {"json_valid": 0.2, "schema_valid": 0.1,
+                                                                 "correct": 0.1}
+    blind = res.short_form_blind("mmlu", "pointer_chase")
+    assert [b["config"] for b in blind] == ["w4g64-a16-kv:16"]  # w8 keeps its calls; the KV-only spec is skipped
+    assert blind[0]["diff"] == pytest.approx(0.01) and blind[0]["drop"] == pytest.approx(0.5)
+    assert kv_only("w16-a16-kv:fp8e4m3@unit") and not kv_only("w4g64-a16-kv:16") and not kv_only("baseline")

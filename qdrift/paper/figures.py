@@ -66,7 +66,7 @@ def step_error_forest(results: list[tuple[ModelResults, str]], path: Path) -> st
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, (res, env, ratio) in zip(axes[0], panels, strict=True):
         rows = [r for r in ratio.rows if r["quantity"] == "p_step ratio"]
-        names = [res.label(r["config"].removesuffix(f"/{BASELINE}")) for r in rows]  # specs may hold '/'
+        names = [res.label(r["variant"]) for r in rows]
         for i, r in enumerate(rows):
             est, (lo, hi) = r["estimate"], r["ci"]
             if est == est and est > 0:  # not NaN; a ratio of 0 cannot sit on a log axis
@@ -96,43 +96,37 @@ def _scatter(ax, points: dict[str, tuple[float, float]]) -> None:
     ax.axvline(0, color="grey", lw=0.8)
 
 
+def _contrast(res: ModelResults, task: str, change, xlabel: str, ylabel: str, path: Path) -> str:
+    """Each variant's short-form accuracy change (x) against `change(variant)` (y; NaN skips it)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    acc0, _ = res.accuracy(task, BASELINE)
+    points = {}
+    for v in res.variants():
+        acc, n = res.accuracy(task, v)
+        y = change(v)
+        if n and y == y:
+            points[res.label(v)] = (acc - acc0, y)
+    _scatter(ax, points)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(res.model)
+    return _save(fig, path)
+
+
 def contrast(res: ModelResults, task: str, env: str, horizon: int, path: Path) -> str | None:
     """Each variant's short-form accuracy change against its change in success at a long horizon."""
     if task not in res.items or env not in res.episodes:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 4))
-    acc0, _ = res.accuracy(task, BASELINE)
     s0 = res.success_rate(env, BASELINE, horizon)
-    points = {}
-    for v in res.variants():
-        acc, n = res.accuracy(task, v)
-        s = res.success_rate(env, v, horizon)
-        if n and s == s:
-            points[res.label(v)] = (acc - acc0, s - s0)
-    _scatter(ax, points)
-    ax.set_xlabel(f"short-form accuracy change ({task})")
-    ax.set_ylabel(f"success change, {env} L = {horizon}")
-    ax.set_title(res.model)
-    return _save(fig, path)
+    return _contrast(res, task, lambda v: res.success_rate(env, v, horizon) - s0,
+                     f"short-form accuracy change ({task})", f"success change, {env} L = {horizon}", path)
 
 
 def tool_contrast(res: ModelResults, task: str, env: str, path: Path) -> str | None:
     """Each variant's short-form accuracy change against its change in the share of schema-valid calls."""
     if task not in res.items or env not in res.steps:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 4))
-    acc0, _ = res.accuracy(task, BASELINE)
     v0 = res.validity(env, BASELINE)["schema_valid"]
-    points = {}
-    for v in res.variants():
-        acc, n = res.accuracy(task, v)
-        sv = res.validity(env, v)["schema_valid"]
-        if n and sv == sv:
-            points[res.label(v)] = (acc - acc0, sv - v0)
-    _scatter(ax, points)
-    ax.set_xlabel(f"short-form accuracy change ({task})")
-    ax.set_ylabel(f"change in schema-valid calls, {env}")
-    ax.set_title(res.model)
-    return _save(fig, path)
+    return _contrast(res, task, lambda v: res.validity(env, v)["schema_valid"] - v0,
+                     f"short-form accuracy change ({task})", f"change in schema-valid calls, {env}", path)

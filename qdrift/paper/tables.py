@@ -181,8 +181,7 @@ class ModelResults:
         if res is None:
             return f"Not computed: {err}"
         rates = {r["config"]: r for r in res.rows if r["quantity"] == "p_step"}
-        # Ratio rows are named 'variant/baseline'; a spec string may itself contain '/'.
-        ratios = {r["config"].removesuffix(f"/{BASELINE}"): r for r in res.rows if r["quantity"] == "p_step ratio"}
+        ratios = {r["variant"]: r for r in res.rows if r["quantity"] == "p_step ratio"}
         rows = []
         for c in self.configs(env):
             p = rates[c]
@@ -239,7 +238,7 @@ class ModelResults:
         res, _ = self.step_error(env)
         if res is None:
             return []
-        return [(r["config"].removesuffix(f"/{BASELINE}"), r["estimate"], r["ci"]) for r in res.rows
+        return [(r["variant"], r["estimate"], r["ci"]) for r in res.rows
                 if r["quantity"] == "p_step ratio" and r["ci"][0] > 1]
 
     @staticmethod
@@ -293,8 +292,7 @@ def kv_only(config: str) -> bool:
     from qdrift.spec import QuantSpec
 
     s = QuantSpec.parse(config)
-    phases = [getattr(s, p) for p in ("prefill", "decode")]
-    return all(ph.weights is None and ph.activations is None for ph in phases)
+    return s.prefill.is_noop and s.decode.is_noop
 
 
 def _short_numbers(res) -> tuple[str, str, str, str]:

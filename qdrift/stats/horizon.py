@@ -370,7 +370,8 @@ def step_error_ratio(rows, config_col: str = "config", baseline: str | None = No
             notes.append(f"{c}/{base}: a config has no errors; ratio {est} with the exact conditional "
                          "binomial interval (not cluster-robust)" + (" - both have none, so the ratio is "
                                                                      "undefined (nan)" if math.isnan(est) else ""))
-        out.append({"quantity": "p_step ratio", config_col: f"{c}/{base}", "estimate": float(est), "ci": ci,
+        out.append({"quantity": "p_step ratio", config_col: f"{c}/{base}", "variant": c, "baseline": base,
+                    "estimate": float(est), "ci": ci,
                     "errors": int(e_c[i] + e_c[b]), "steps_at_risk": int(r_c[i] + r_c[b])})
     return Result(title="Per-step error rate", method="geometric MLE errors/steps at risk; Poisson GLM with "
                   "log exposure, cluster-robust (statsmodels), Wald interval on the log scale",

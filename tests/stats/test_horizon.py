@@ -163,3 +163,10 @@ def test_bad_inputs():
         half_horizon(one)
     with pytest.raises(ValueError, match="config 'w4' has no rows"):
         step_error_ratio(df, baseline="w4")
+
+
+def test_step_error_ratio_rows_name_variant_and_baseline_even_when_a_spec_holds_a_slash():
+    phased = "wfp8e4m3/4g128-afp8e4m3/16-kv:fp8e4m3@unit"
+    df = geometric(np.random.default_rng(12), {"baseline": 0.02, phased: 0.04}, seeds=10)
+    r = step_error_ratio(df).row(quantity="p_step ratio")
+    assert (r["variant"], r["baseline"]) == (phased, "baseline")

@@ -9,6 +9,7 @@ interleave new prompt text with a live cache per row.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,9 @@ class BatchSession:
         else:
             self.cache = DynamicCache(config=model.config)
         self.aborted: dict[int, str] = {}
+        # Only each row's last position needs logits; models that take `logits_to_keep` skip the
+        # output projection elsewhere (for a small vocabulary model about a third of prefill work).
+        self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.tokens_fed = 0  # forward tokens over all rows, padding excluded
@@ -80,12 +84,20 @@ class BatchSession:
         # Padding repeats the row's last position; it is masked, so its value does not matter.
         pos = self.positions[:, None] + torch.minimum(steps[None, :], (lens - 1).clamp_min(0)[:, None])
         mask = torch.cat([self.mask, new_mask], dim=1)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True)
+        last = (lens - 1).clamp_min(0)
+        kwargs = {}
+        if self.keep_logits:
+            keep = torch.unique(last)  # sorted: row r's logits sit at searchsorted(keep, last[r])
+            kwargs["logits_to_keep"] = keep
+            at = torch.searchsorted(keep, last)
+        else:
+            at = last
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
+                         **kwargs)
         self.mask = mask
         self.positions += lens
         self.tokens_fed += int(lens.sum())
-        last = (lens - 1).clamp_min(0)
-        logits = out.logits[torch.arange(self.batch, device=self.device), last].float()
+        logits = out.logits[torch.arange(self.batch, device=self.device), at].float()
         if self.last_logits is not None:
             logits = torch.where((lens > 0)[:, None], logits, self.last_logits)
         self.last_logits = logits

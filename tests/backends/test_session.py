@@ -63,3 +63,26 @@ def test_a_row_fed_nothing_keeps_its_own_logits():
     logits = s.feed([None, b2])  # row 0 gets only padding in this forward
     torch.testing.assert_close(logits[0], alone(model, [a]), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(logits[1], alone(model, [b1, b2]), rtol=1e-4, atol=1e-5)
+
+
+class FullLogitsOnly(torch.nn.Module):
+    """A causal LM whose forward has no `logits_to_keep` (older or custom architectures)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def forward(self, input_ids, attention_mask, position_ids, cache, use_cache):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          cache=cache, use_cache=use_cache)
+
+
+def test_logits_of_last_positions_only_match_full_logits_and_models_without_the_option():
+    model = tiny_model("llama")
+    a1, a2, b1, b2 = ids(6, 7), ids(3, 8), ids(2, 9), ids(5, 10)
+    kept, full = BatchSession(model, 2, pad_id=0), BatchSession(FullLogitsOnly(model), 2, pad_id=0)
+    assert kept.keep_logits and not full.keep_logits
+    for chunks in ([a1, b1], [a2, b2], [None, [7]]):
+        torch.testing.assert_close(kept.feed(chunks), full.feed(chunks), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kept.last_logits[0], alone(model, [a1, a2]), rtol=1e-4, atol=1e-5)

@@ -25,6 +25,7 @@ much as prefilling tens of tokens (decode reads every weight per token; the orga
 mostly Python overhead), and these environments' tool results are a few tokens against calls of
 10-40 generated tokens, so at L = 32 decoding dominates both runs. The saving grows with the
 horizon, as the L = 64 and 128 rows show.
+Batching, organism, ledger L = 32, 8 episodes: batch 8 2.07 episodes/s vs batch 1 0.69 (3.0x).
 """
 
 from __future__ import annotations

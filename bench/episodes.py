@@ -9,8 +9,8 @@ short and its calls are real calls that end at its end-of-turn token. `--model t
 random Llama with a byte-level tokenizer instead: its calls are garbage, every step is an
 (invalid) scored step and each turn runs to `--max-new-tokens`, over byte-level contexts about ten
 times longer. `--model smollm2` runs SmolLM2-135M-Instruct (prompted tools, call opening prefilled):
-a model thirty times the organism's size, whose forward pass is compute rather than Python
-overhead, so prefilling costs what it costs in serving. Either way the point is the runner's cost,
+a model thirty times the organism's size, whose forward pass is mostly matrix work rather than
+Python overhead. Either way the point is the runner's cost,
 not the model's accuracy.
 `python bench/episodes.py [--model tiny|smollm2]`
 
@@ -23,7 +23,8 @@ row's last position only, for both):
 The wall ratio is 1 + (prefill time saved) / (decode time): on two cores one decoded token costs as
 much as prefilling tens of tokens (decode reads every weight per token; the organism's forward is
 mostly Python overhead), and these environments' tool results are a few tokens against calls of
-10-40 generated tokens, so at L = 32 decoding dominates both runs. The saving grows with the
+7-13 generated tokens (organism; SmolLM2 up to its 40-token budget), so at L = 32 decoding
+dominates both runs. The saving grows with the
 horizon, as the L = 64 and 128 rows show.
 Batching, organism, ledger L = 32, 8 episodes: batch 8 2.07 episodes/s vs batch 1 0.69 (3.0x).
 """
@@ -57,10 +58,8 @@ class RePrefillPolicy(HFPolicy):
 
 
 def make_policy(cls, model, tok, max_new_tokens):
-    if supports_native_tools(tok):
-        prompt = tool_prompt_for(tok)
-    else:  # SmolLM2: tools described in the system message, the call opening prefilled
-        prompt = tool_prompt_for(tok, mode="prompted", parser="hermes", prefill_opening=True)
+    # Without native tools (SmolLM2) the tools are prompted, and the call opening is prefilled.
+    prompt = tool_prompt_for(tok, prefill_opening=not supports_native_tools(tok))
     return cls(model, tok, prompt, max_new_tokens=max_new_tokens)
 
 

@@ -27,7 +27,11 @@ def cmd_card(args) -> int:
             with Store(args.store) as store:
                 short_form = short_form_from_store(store, args.baseline, str(spec), args.store_model)
                 long_horizon = long_horizon_from_store(store, args.baseline, str(spec), args.store_model)
+                weights = store.model_fingerprints()
             data.append({"role": "results store", "path": str(args.store), "sha256": file_sha256(args.store)})
+            data += [{"role": "model weights the store's sweeps ran (sha256 over the model's files, "
+                              "qdrift.models.fingerprint)", "path": ref, "sha256": fp}
+                     for ref, fp in sorted(weights.items()) if args.store_model in (None, ref)]
         card = build_card(spec, args.served_model, tool_calls, short_form, long_horizon, data)
     except (ValueError, FileNotFoundError, CardError) as e:
         raise SystemExit(f"qdrift card: {e}") from None

@@ -125,6 +125,26 @@ class Store:
             raise
         db.execute("COMMIT")
 
+    def check_model(self, ref: str, fingerprint: str) -> None:
+        """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.
+
+        Cells are keyed by the reference, not the weights, so this is what keeps results measured
+        on different weights under one name from being resumed into (and reported as) one model.
+        """
+        name = f"model:{ref}"
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (name, fingerprint))
+        stored = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()[0]
+        if stored != fingerprint:
+            raise ValueError(
+                f"store {self.path} holds results of model '{ref}' with weights sha256 {stored[:16]}..., but "
+                f"'{ref}' now loads weights sha256 {fingerprint[:16]}...; resuming would mix the two. Write "
+                f"to a new store (or delete this one to re-measure), or restore the weights it was run with")
+
+    def model_fingerprints(self) -> dict[str, str]:
+        """{model reference: weights sha256} for every model this store has run."""
+        rows = self._db.execute("SELECT name, value FROM meta WHERE name LIKE 'model:%'").fetchall()
+        return {name.split(":", 1)[1]: value for name, value in rows}
+
     # --- reading ---------------------------------------------------------------------------
     def status(self, key: str) -> str | None:
         """'done', 'failed', or None for a cell never recorded."""

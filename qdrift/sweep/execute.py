@@ -107,9 +107,16 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
               on_result: Callable[[CellResult], None] | None = None) -> SweepOutcome:
     """Run every cell of `sweep` not already done in `store` (failed ones are retried).
 
+    Each model's weight files are fingerprinted first and checked against the store's record
+    (`Store.check_model`), so retrained weights under the same name raise instead of resuming.
+
     `on_result` (e.g. a W&B sink) sees each result after it is committed to the store, so a sink
     that fails never costs a measured cell.
     """
+    from qdrift.models.fingerprint import model_fingerprint
+
+    for ref in sweep.models:  # before any cell runs: never resume into results of other weights
+        store.check_model(ref, model_fingerprint(ref))
     if executor is None:
         executor = executor_for(sweep)
     cells = unique_cells(sweep)

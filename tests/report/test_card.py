@@ -42,6 +42,7 @@ def test_a_card_missing_a_field_is_rejected_naming_it(tmp_path):
 
 def _store(path):
     store = Store(path)
+    store.check_model("organism", "ab" * 32)  # as a sweep records it
     now = time.time()
     for config in ("baseline", SPEC):
         base = {"model": "organism", "config": config, "spec": config, "kind": "short_form", "task": "keys"}
@@ -68,6 +69,7 @@ def test_card_command_reads_a_store_and_hashes_it(tmp_path, capsys):
     assert lh[4]["success"]["estimate"] == 0.5 and lh[4]["success_baseline"] == pytest.approx(8 / 12)
     assert lh[4]["success"]["ci_low"] < 0.5 < lh[4]["success"]["ci_high"]
     assert card["data"][0]["role"] == "results store" and len(card["data"][0]["sha256"]) == 64
+    assert card["data"][1]["path"] == "organism" and card["data"][1]["sha256"] == "ab" * 32
     assert any("without a KV cache" in n for n in card["notes"])
     assert "INT4 g128 (decode)" in capsys.readouterr().out
 

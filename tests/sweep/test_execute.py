@@ -63,6 +63,23 @@ def test_a_failing_cell_is_recorded_the_sweep_goes_on_and_a_rerun_retries_only_i
         assert {c["attempts"] for c in store.cells()} == {1, 2}
 
 
+def test_a_store_refuses_to_resume_a_model_whose_weights_changed(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"first weights")
+    sweep = parse_sweep(TEXT.replace("models: [tiny:llama]", f"models: [{folder}]"))
+    with Store(tmp_path / "r.sqlite") as store:
+        assert run_sweep(sweep, store, executor=LocalExecutor(CountingRunner()), progress=False).done == 4
+        (folder / "model.safetensors").write_bytes(b"retrained weights")
+        runner = CountingRunner()
+        with pytest.raises(ValueError, match=rf"model '{folder}' with weights sha256 .*now loads weights .*new store"):
+            run_sweep(sweep, store, executor=LocalExecutor(runner), progress=False)
+        assert runner.calls == [] and len(store.cells("done")) == 4  # nothing ran, nothing lost
+        (folder / "model.safetensors").write_bytes(b"first weights")
+        assert run_sweep(sweep, store, executor=LocalExecutor(runner), progress=False).skipped == 4
+        assert set(store.model_fingerprints()) == {str(folder)}
+
+
 def test_cells_expand_model_by_spec_by_horizon_with_distinct_keys_that_follow_the_config():
     cells = unique_cells(parse_sweep(TEXT))
     assert [c.label for c in cells] == ["tiny:llama baseline ledger L=1", "tiny:llama baseline ledger L=2",

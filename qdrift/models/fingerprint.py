@@ -1,0 +1,55 @@
+"""Which weights a model reference loads: a sha256 over its weight files, without loading it.
+
+Why: a sweep store keys cells by the model's reference ('organism', a directory), not by its
+weights, so retrained or replaced weights under the same reference would silently resume into a
+store of results measured on the old ones. The sweep records this fingerprint per reference in the
+store and refuses to mix (`qdrift.store.Store.check_model`). Hashing reads every weight file once
+(about a second per GB); tokenizer and config files are included, since they change what a run feeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from qdrift.models.refs import check_model_ref
+
+# What a transformers model directory's behaviour depends on (weights, config, tokenizer, template).
+SUFFIXES = (".safetensors", ".bin", ".gguf", ".json", ".jinja", ".model", ".txt")
+
+
+def model_files(ref: str) -> list[Path]:
+    """The files that fix what `ref` computes, sorted; [] for `tiny:<arch>` (built from code and a seed)."""
+    problem = check_model_ref(ref)
+    if problem:
+        raise ValueError(problem)
+    if ref.startswith("tiny:"):
+        return []
+    if ref == "smollm2":
+        from qdrift.models.smollm2 import gguf_path
+
+        return [gguf_path()]
+    if ref == "organism":
+        from qdrift.organism import WEIGHTS
+
+        folder = WEIGHTS
+    else:
+        folder = Path(ref)
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in SUFFIXES)
+    if not any(f.suffix in (".safetensors", ".bin", ".gguf") for f in files):
+        raise FileNotFoundError(f"model '{ref}': no weight file (.safetensors, .bin or .gguf) in {folder}")
+    return files
+
+
+def model_fingerprint(ref: str) -> str:
+    """sha256 (hex) over the names and contents of `ref`'s files; for `tiny:<arch>` the reference itself."""
+    digest = hashlib.sha256()
+    files = model_files(ref)
+    if not files:
+        digest.update(ref.encode())
+    for f in files:
+        digest.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

@@ -21,6 +21,7 @@ def imported_after(module: str) -> set[str]:
         ("qdrift.capacity", {"transformers"}),
         ("qdrift.stats", {"torch", "transformers", "matplotlib"}),
         ("qdrift.store", {"torch", "transformers", "pandas"}),
+        ("qdrift.models.fingerprint", {"torch", "transformers"}),
         ("qdrift.sweep", {"torch", "transformers"}),
         ("qdrift.verify.run", {"torch", "transformers", "matplotlib"}),
         ("qdrift.report.card", {"torch", "transformers", "matplotlib"}),

@@ -4,7 +4,7 @@ Why: a sweep store keys cells by the model's reference ('organism', a directory)
 weights, so retrained or replaced weights under the same reference would silently resume into a
 store of results measured on the old ones. The sweep records this fingerprint per reference in the
 store and refuses to mix (`qdrift.store.Store.check_model`). Hashing reads every weight file once
-(about a second per GB); tokenizer and config files are included, since they change what a run feeds.
+(about a second per GB, on every `run_sweep` call); tokenizer and config files are included, since they change what a run feeds.
 """
 
 from __future__ import annotations
@@ -42,14 +42,10 @@ def model_files(ref: str) -> list[Path]:
 
 
 def model_fingerprint(ref: str) -> str:
-    """sha256 (hex) over the names and contents of `ref`'s files; for `tiny:<arch>` the reference itself."""
-    digest = hashlib.sha256()
+    """sha256 (hex) of the lines `name<TAB>sha256 of the file` of `ref`'s files, in name order;
+    for `tiny:<arch>` the sha256 of the reference itself."""
+    from qdrift.verify.requests import file_sha256
+
     files = model_files(ref)
-    if not files:
-        digest.update(ref.encode())
-    for f in files:
-        digest.update(f.name.encode() + b"\0")
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    text = "".join(f"{f.name}\t{file_sha256(f)}\n" for f in files) if files else ref
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -15,9 +15,12 @@ def make_dir(folder, weights=b"\x00\x01weights", config=b'{"a": 1}'):
     return folder
 
 
-def test_directory_fingerprint_is_the_sha256_of_names_and_contents_in_name_order(tmp_path):
+def test_directory_fingerprint_is_the_sha256_of_each_files_name_and_sha256_in_name_order(tmp_path):
     folder = make_dir(tmp_path / "m")
-    want = hashlib.sha256(b"config.json\0" + b'{"a": 1}' + b"model.safetensors\0" + b"\x00\x01weights").hexdigest()
+    config_sha = hashlib.sha256(b'{"a": 1}').hexdigest()
+    weights_sha = hashlib.sha256(b"\x00\x01weights").hexdigest()
+    lines = f"config.json\t{config_sha}\nmodel.safetensors\t{weights_sha}\n"
+    want = hashlib.sha256(lines.encode()).hexdigest()
     assert model_fingerprint(str(folder)) == want
     assert [f.name for f in model_files(str(folder))] == ["config.json", "model.safetensors"]
 

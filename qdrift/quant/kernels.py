@@ -25,7 +25,11 @@ def _fp8_roles(spec: QuantSpec) -> list[str]:
 
 
 def check_path(spec: QuantSpec, path: str, device_type: str, capability: tuple[int, int] | None = None) -> None:
-    """Raise unless `spec` can run on `path` on this device (capability: CUDA (major, minor))."""
+    """Raise unless `spec` can run on `path` on this device (capability: CUDA (major, minor)).
+
+    The real path itself (packed storage, which specs it can store) is qdrift.real's; this checks
+    only what the hardware must offer.
+    """
     if path not in PATHS:
         raise ValueError(f"Unknown execution path '{path}'. Valid: {', '.join(PATHS)}")
     if path == "fake":
@@ -41,7 +45,3 @@ def check_path(spec: QuantSpec, path: str, device_type: str, capability: tuple[i
             f"real FP8 kernels for {', '.join(fp8)} need compute capability >= 8.9 (Ada/Hopper); "
             f"this GPU has {capability[0]}.{capability[1]}. Use path='fake' to simulate FP8, or an int format"
         )
-    raise NotImplementedError(
-        "the real-quantization path (packed INT4/INT8/FP8 storage and fused kernels) is not built yet; "
-        "path='fake' simulates the same numerics with quantize-dequantize"
-    )

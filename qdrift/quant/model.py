@@ -164,7 +164,10 @@ def quantize(
 
     calibration: batches (input-id tensors or dicts of model inputs) for specs with static
     activation or KV scales; they run through the full-precision model before weights change.
-    path: "fake" (quantize-dequantize, runs everywhere) or "real" (low-precision kernels).
+    path: "fake" (quantize-dequantize, runs everywhere) or "real": the weights are stored packed
+    and run through fused low-precision kernels (`qdrift.real.quantize_real(model, spec,
+    kernel="fused")`; a layer with no kernel for its device and dtype raises at its first forward,
+    naming why). The real path drops the original weights, so `qdrift.restore` cannot undo it.
     """
     spec = QuantSpec.parse(spec) if isinstance(spec, str) else spec
     if not isinstance(spec, QuantSpec):
@@ -172,6 +175,12 @@ def quantize(
     device = next(model.parameters()).device
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     check_path(spec, path, device.type, capability)
+    if path == "real":
+        if calibration is not None:
+            raise ValueError("path='real' stores weights only and takes no calibration; drop calibration=")
+        from qdrift.real import quantize_real  # qdrift.real builds on this module
+
+        return quantize_real(model, spec, kernel="fused")
     if state_of(model) is not None:
         raise ValueError(
             f"model is already quantized with '{spec_of(model)}'; call qdrift.restore(model) first"

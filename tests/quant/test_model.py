@@ -181,3 +181,23 @@ def test_a_failure_midway_restores_the_model_even_without_kept_originals(llama, 
     assert qdrift.spec_of(llama) is None
     with torch.no_grad():
         assert torch.equal(llama(ids).logits, ref)
+
+
+def test_path_real_stores_packed_weights_and_runs_fused_kernels():
+    from qdrift.real import RealQuantLinear, path_of
+
+    base = tiny_model("llama", dtype=torch.bfloat16)
+    fake = qdrift.quantize(tiny_model("llama", dtype=torch.bfloat16), "w4g32-a16-kv:16")
+    real = qdrift.quantize(base, "w4g32-a16-kv:16", path="real")
+    assert isinstance(real.model.layers[0].mlp.up_proj, RealQuantLinear)
+    with torch.no_grad():
+        err = (real(prompt()).logits.float() - fake(prompt()).logits.float()).abs().max()
+    assert path_of(real).backend.startswith("tinygemm-int4")
+    assert err < 0.1  # bfloat16 scales in the kernel (tests/real/test_convert.py says why)
+
+
+def test_path_real_refuses_calibration_and_unstorable_specs(llama):
+    with pytest.raises(ValueError, match="takes no calibration"):
+        qdrift.quantize(llama, "w4g32-a16-kv:16", path="real", calibration=[prompt()])
+    with pytest.raises(ValueError, match="cannot run on the real path"):
+        qdrift.quantize(llama, "w4g32-a8-kv:16", path="real")

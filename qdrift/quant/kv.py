@@ -42,6 +42,7 @@ class KVTensorQuantizer:
         self.fmt = number_format(scheme)
         self._generators: dict[torch.device, torch.Generator | None] = {}
         self.scales: Scales | None = None
+        self._scales_device: tuple[torch.device, Scales] | None = None  # scales_on's copy
         self.observing = False
         self._lo: torch.Tensor | None = None
         self._hi: torch.Tensor | None = None
@@ -60,6 +61,16 @@ class KVTensorQuantizer:
         if device not in self._generators:
             self._generators[device] = make_generator(self.scheme, self.name, device)
         return self._generators[device]
+
+    def scales_on(self, device: torch.device) -> Scales:
+        """The fixed (unit or calibrated) scales on `device`, copied there once: a host-to-device
+        copy per write would stall every decode step on a GPU until the queued kernels finish."""
+        if self._scales_device is None or self._scales_device[0] != device:
+            sc = self.scales
+            moved = Scales(scale=sc.scale.to(device),
+                           zero_point=None if sc.zero_point is None else sc.zero_point.to(device))
+            self._scales_device = (device, moved)
+        return self._scales_device[1]
 
     # --- calibration -----------------------------------------------------------------------
     def observe(self, x: torch.Tensor) -> None:
@@ -80,6 +91,7 @@ class KVTensorQuantizer:
         shape = {"tensor": (), "head": (1, -1, 1, 1, 1), "channel": (1, *self._lo.shape[:1], 1, -1, 1)}
         view = shape[self.scheme.granularity]
         self.scales = self.fmt.scales_from_range(self._lo.reshape(view), self._hi.reshape(view))
+        self._scales_device = None
 
     # --- quantization ----------------------------------------------------------------------
     def qdq(self, x: torch.Tensor) -> torch.Tensor:
@@ -92,11 +104,8 @@ class KVTensorQuantizer:
                     "pass calibration=... to qdrift.quantize"
                 )
             block = 1 if s.granularity == "channel" else None
-            scales = Scales(
-                scale=self.scales.scale.to(x.device),
-                zero_point=None if self.scales.zero_point is None else self.scales.zero_point.to(x.device),
-            )
-            return self.fmt.fake_quantize(x, block_size=block, scales=scales, generator=self.generator(x.device))
+            return self.fmt.fake_quantize(x, block_size=block, scales=self.scales_on(x.device),
+                                          generator=self.generator(x.device))
         if self.token_block is not None:
             b, h, n, d = x.shape
             blocks = x.reshape(b, h, n // self.token_block, self.token_block, d).transpose(-1, -2)

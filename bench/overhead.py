@@ -90,10 +90,37 @@ def bench_generate(args, device, dtype) -> None:
           f"{t['hf_fp8']:.2f} s (ratio {t['hf_fp8'] / t['base']:.3f})")
 
 
+# Ops that launch no kernel (views, allocation, metadata), left out of the op count below.
+NO_KERNEL = {"aten::view", "aten::reshape", "aten::transpose", "aten::slice", "aten::unsqueeze", "aten::squeeze",
+             "aten::as_strided", "aten::t", "aten::expand", "aten::select", "aten::narrow", "aten::_unsafe_view",
+             "aten::detach", "aten::alias", "aten::split", "aten::chunk", "aten::contiguous", "aten::permute",
+             "aten::resolve_conj", "aten::resolve_neg", "aten::result_type", "aten::size", "aten::empty",
+             "aten::empty_like", "aten::empty_strided", "aten::lift_fresh"}
+
+
+def ops_per_step(model, cache, tok) -> int:
+    """Tensor ops called from Python in one decode step, views excluded: on a GPU each launches at
+    least one kernel, and eager decoding of a small batch is bound by launches, not arithmetic."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(tok, cache=cache, use_cache=True)
+    cache.crop(-1)
+    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.name not in NO_KERNEL
+               and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+
+
 def bench_decode_vs_context(args, device, dtype) -> None:
     base = build(args.size, device, dtype)
     quant = qdrift.quantize(build(args.size, device, dtype), "w16-a16-kv:fp8e4m3@unit")
     ratios = {}
+    ids = torch.randint(0, 32000, (1, 64), device=device)
+    with torch.no_grad():
+        ops = {k: ops_per_step(m, m(ids, use_cache=True).cache, ids[:, -1:]) for k, m in (("base", base),
+                                                                                           ("quant", quant))}
+    layers = base.config.num_hidden_layers
+    print(f"3. tensor ops per decode step (each a kernel launch on a GPU): baseline {ops['base']}, FP8 KV "
+          f"{ops['quant']} (+{(ops['quant'] - ops['base']) / layers:.1f} per layer, ratio {ops['quant'] / ops['base']:.3f})")
     for ctx in (512, 4096):
         ids = torch.randint(0, 32000, (1, ctx), device=device)
         tok = ids[:, -1:]

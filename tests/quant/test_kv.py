@@ -112,3 +112,24 @@ def test_sliding_window_layers_quantize_too():
         out = model.generate(prompt(n=30), max_new_tokens=10, do_sample=False, return_dict_in_generate=True)
     kinds = {type(layer).__name__ for layer in out.cache.layers}
     assert kinds == {"QDriftDynamicSlidingWindowLayer", "QDriftDynamicLayer"}
+
+
+@pytest.mark.parametrize("fmt", ["fp8e4m3", "fp8e5m2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_unit_scale_fast_cast_equals_the_general_format_path(fmt, dtype):
+    from qdrift.formats import Scales
+    from qdrift.quant.kv import KVTensorQuantizer
+    from qdrift.spec import QuantSpec
+
+    scheme = QuantSpec.parse(f"w16-a16-kv:{fmt}@unit").kv.keys
+    q = KVTensorQuantizer(scheme, 0, "k")
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(4000, generator=g) * s for s in (1e-3, 0.3, 30, 3e3, 1e5)])
+    edges = [0.0, -0.0, 448.0, 449.0, 464.0, 480.0, -500.0, 57344.0, 61440.0, 2.0**-9, 2.0**-10, 2.0**-17,
+             1.0, float("inf"), -float("inf"), float("nan")]
+    x = torch.cat([x, torch.tensor(edges)]).to(dtype).reshape(1, 1, -1, 8)
+    general = q.fmt.fake_quantize(x, scales=Scales(scale=torch.ones(())))
+    fast = q.qdq(x)
+    assert fast.dtype == dtype
+    assert torch.equal(fast.isnan(), general.isnan())
+    assert torch.equal(fast.nan_to_num(), general.nan_to_num())

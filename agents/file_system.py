@@ -7,6 +7,12 @@ file; `append` adds to the end; `read` returns the content; `rename` moves a fil
 A failing operation (a missing file, a rename onto an existing name) is an observation such as
 `f2 not found; next 4`, and the state is unchanged. The episode ends after L operations;
 `success()` requires the final files and contents to equal the intended ones.
+
+A content is three random letters by default; with `words=1` it is one word from `CONTENT_WORDS`
+(64 four-letter nouns). Why the choice: copying a three-letter string means finding its first
+letter by position and its next letters by order, among letters that repeat everywhere; a word is
+one value, copied the way file names are. A model whose tokenizer makes every word one token
+(the organism's) then faces the same kind of copy in every argument.
 """
 
 from __future__ import annotations
@@ -20,6 +26,13 @@ from qdrift.envs.toolenv import Knob, ToolEnv
 PATH = {"type": "string", "description": "a file name such as f3"}
 TEXT = {"type": "string", "description": "short text"}
 
+CONTENT_WORDS = tuple("""
+atom bark bell boat bolt cake cave clay coin cord crab deer desk dove drum dune fern fish flag
+foam fork frog gate goat harp hawk helm hill horn iris kite lake lamp leaf lime lion loom mint
+moth nest oven pear pine pond rope ruby sage sail salt seal ship silk snow sock star tent tide
+tree vase vine wave wolf wool yarn
+""".split())
+
 
 class FileSystem(ToolEnv):
     name = "file_system"
@@ -27,6 +40,7 @@ class FileSystem(ToolEnv):
         "files": Knob(5, 1, 100, "at most this many files exist at once"),
         "maxlen": Knob(12, 3, 60, "no file grows past this many characters"),
         "echo": Knob(0, 0, 1, "1: each tool result repeats the next listed item (copy, not indexing)"),
+        "words": Knob(0, 0, 1, "1: each content is one word of CONTENT_WORDS, 0: three random letters"),
     }
 
     def build(self, rng):
@@ -34,13 +48,20 @@ class FileSystem(ToolEnv):
         fs: dict[str, str] = {}
         names = iter(range(1, 10**9))
 
+        width = 4 if self.knob("words") else 3
+        if maxlen < width:
+            raise ValueError(f"file_system: maxlen={maxlen} is shorter than one content ({width} characters with "
+                             f"words={self.knob('words')}); valid: maxlen >= {width}")
+
         def chunk() -> str:
+            if self.knob("words"):
+                return rng.choice(CONTENT_WORDS)
             return "".join(rng.choice(string.ascii_lowercase) for _ in range(3))
 
         self.ops: list[ToolCall] = []
         for _ in range(self.horizon):
             live = sorted(fs, key=lambda p: int(p[1:]))
-            room = [p for p in live if len(fs[p]) + 3 <= maxlen]
+            room = [p for p in live if len(fs[p]) + width <= maxlen]
             weights = {"create": 3, "append": 3 if room else 0, "read": 2 if live else 0, "rename": 1 if live else 0}
             kind = rng.choices(list(weights), weights=list(weights.values()))[0]
             if kind == "create":

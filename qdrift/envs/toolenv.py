@@ -134,7 +134,9 @@ class ToolEnv:
         """The task's listed item at 0-based `index`, as the task shows it (environments with a list).
 
         With the knob `echo=1` the step marker repeats it (`next 4: +17`), so the agent copies the
-        item from the last tool result instead of finding it in the task's list by its number.
+        item from the last tool result instead of finding it in the task's list by its number; the
+        task message then ends with the first step's marker (`next 1: ...`), since no tool result
+        precedes the first call.
         """
         return None
 
@@ -149,7 +151,10 @@ class ToolEnv:
         self.t = 0
         self.done = False
         self.init_state()
-        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self.task()}]
+        task = self.task()
+        if self.settings.get("echo") and self.item(0) is not None:
+            task += f"\n{self.progress(0)}"  # the first step's marker: no step is left to list indexing
+        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": task}]
 
     def oracle(self) -> ToolCall:
         return self.expected()

@@ -3,9 +3,9 @@
 Why hand-built pieces rather than a trained BPE: copying a key or a number must be one induction
 step (one token attends to one token), which a byte-pair vocabulary only gives by accident. The
 model is a Unigram model whose every piece has the same score, so Viterbi segmentation picks the
-fewest pieces: a key `k17`, a node `n5`, a file `f12`, an integer `-45` (|n| <= 999) or a colour is
-always one token, and anything else still encodes exactly (printable ASCII pieces, then UTF-8 byte
-fallback), so arbitrary model output and error messages round-trip.
+fewest pieces: a key `k17`, a node `n5`, a file `f12`, an integer `-45` (|n| <= 999), a colour or
+a file_system content word is always one token, and anything else still encodes exactly (printable
+ASCII pieces, then UTF-8 byte fallback), so arbitrary model output and error messages round-trip.
 
 No piece mixes a value with its surroundings (values are alphanumeric, the fixed chat pieces are
 punctuation plus markup), so a value is tokenized the same way in the task text, in a tool result
@@ -47,6 +47,15 @@ CHAT_PIECES = (
 
 COLORS = ("red", "blue", "green", "gold", "pink", "gray", "teal", "plum")
 
+# file_system's contents with `words=1` (agents/file_system.py CONTENT_WORDS; a test keeps the two equal).
+# Appended after every other piece, so the ids of the pieces before them did not move.
+FILE_WORDS = tuple("""
+atom bark bell boat bolt cake cave clay coin cord crab deer desk dove drum dune fern fish flag
+foam fork frog gate goat harp hawk helm hill horn iris kite lake lamp leaf lime lion loom mint
+moth nest oven pear pine pond rope ruby sage sail salt seal ship silk snow sock star tent tide
+tree vase vine wave wolf wool yarn
+""".split())
+
 # English words of the environments' fixed texts and tool results (the task texts are written
 # once per episode; the results are terse). Values are never word pieces.
 WORDS = """
@@ -63,10 +72,10 @@ or overwrite Append text Rename name such short returns Did mean Available valid
 
 
 def value_pieces() -> list[str]:
-    """Every value the built-in environments (default knobs, L <= 479) write, as one piece each."""
+    """Every value the built-in environments (default knobs, L <= 479; file_system's words) write, one piece each."""
     pieces = [str(n) for n in range(-999, 1000)]
     pieces += [f"k{n}" for n in range(1000)] + [f"n{n}" for n in range(1000)] + [f"f{n}" for n in range(1000)]
-    return pieces + list(COLORS)
+    return pieces + list(COLORS) + list(FILE_WORDS)
 
 
 def pieces() -> list[str]:

@@ -10,7 +10,7 @@ are in the training distribution. Each batch holds about `--batch-tokens` tokens
 horizon (five environments mixed), right-padded; the loss is on the generated call tokens only.
 The learning rate warms up linearly, then follows a cosine to 10%. `--decision-weight` scales the
 loss of each call's tool-name token (continue or stop); `--init` continues from saved weights.
-The shipped weights come from three stages (see weights/MODEL_CARD.md): from scratch; the
+The shipped weights come from four stages (see weights/MODEL_CARD.md): from scratch; the
 continue-or-stop token weighted; then the tool results' progress cue (`next i: item` with the
 list-indexing environments' `echo=1`):
 
@@ -22,6 +22,16 @@ list-indexing environments' `echo=1`):
     python -m qdrift.organism.train --init S3a --out S3 --steps 400 --lr 5e-4 --warmup 20 \
         --decision-weight 10 --batch-tokens 8000 --eval-every 100 --eval-horizons 16 64 \
         --envs pointer_chase ledger:echo=1 graph_nav:echo=1 file_system:echo=1
+
+and a fourth, one stage (file_system's one-token contents, `words=1`, which add 64 pieces to the
+vocabulary; each episode's first call weighted, since it is made before any tool result; every
+horizon from the first step and 30% of the batches at L >= 120, so the long contexts of the earlier
+stages are not forgotten):
+
+    FS="file_system:echo=1,words=1"; ENVS="pointer_chase ledger:echo=1 graph_nav:echo=1 $FS $FS"
+    python -m qdrift.organism.train --init S3 --out S4 --steps 450 --lr 5e-4 --warmup 20 \
+        --decision-weight 10 --first-call-weight 10 --batch-tokens 8000 --eval-every 75 \
+        --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
@@ -41,11 +51,11 @@ import torch.nn.functional as F
 
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
 from qdrift.organism.data import encode_episode, parse_env_entry, training_episode
-from qdrift.organism.tokenizer import SPECIALS, build_tokenizer
+from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
 # dict_sum needs addition of looked-up values, not copying: left out of the organism's training.
 TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
-RAMP = 0.5  # fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
+RAMP = 0.5  # default fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 
 
 def model_config(tokenizer, max_positions: int = 8192):
@@ -82,20 +92,52 @@ def numeric_embedding_init(model, tokenizer, dims: int) -> None:
         emb[ids, :dims] = feats.to(emb.dtype)
 
 
-def sample_horizon(rng: random.Random, progress: float, max_horizon: int) -> int:
-    top = max_horizon if progress >= RAMP else max(8, round(8 + (max_horizon - 8) * progress / RAMP))
+def grow_vocabulary(model, tokenizer) -> int:
+    """Give `model` embedding rows for pieces the tokenizer gained since it was saved; how many.
+
+    New pieces are appended values (file_system's words), so each new row is drawn from a normal
+    with the mean and covariance of the existing value rows (integers, keys, nodes, files, colours).
+    Why not transformers' `mean_resizing`: it fits all rows, markup and bytes included, and a new
+    value should start where the copy circuit reads values, not at the average token.
+    """
+    old, new = model.get_input_embeddings().weight.shape[0], len(tokenizer)
+    if new <= old:
+        return 0
+    emb = model.get_input_embeddings().weight.detach()
+    values = emb[tokenizer.convert_tokens_to_ids(value_pieces()[: -(new - old)])].double()
+    dist = torch.distributions.MultivariateNormal(
+        values.mean(0), covariance_matrix=torch.cov(values.T) + 1e-6 * torch.eye(values.shape[1], dtype=torch.float64))
+    model.resize_token_embeddings(new, mean_resizing=False)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[old:] = dist.sample((new - old,)).to(emb.dtype)
+    return new - old
+
+
+def sample_horizon(rng: random.Random, progress: float, max_horizon: int, ramp: float = RAMP,
+                   long_share: float = 0.0) -> int:
+    """A batch's horizon: with probability `long_share` one from the top 40% of horizons (so a short
+    continuation stage keeps long contexts in its mix), else half log-uniform, half uniform up to a
+    top that ramps from 8 to `max_horizon` over the first `ramp` of the steps."""
+    if long_share and rng.random() < long_share:
+        return rng.randint(max(1, round(0.6 * max_horizon)), max_horizon)
+    top = max_horizon if progress >= ramp else max(8, round(8 + (max_horizon - 8) * progress / ramp))
     if rng.random() < 0.5:
         return max(1, min(top, round(math.exp(rng.uniform(0, math.log(top))))))
     return rng.randint(1, top)
 
 
 def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, envs=TRAINED,
-               decision_weight: float = 1.0):
+               decision_weight: float = 1.0, first_call_weight: float = 1.0, last_call_weight: float = 1.0):
     """(ids, per-token loss weights): right-padded episodes of one horizon, weight 0 off the targets.
 
     The token after each call's `{"name": "` opening is the call's decision (continue or stop);
     it gets `decision_weight`. Why: the stopping call comes once per episode against L copy
     targets, so unweighted it is a vanishing share of the loss and was not learned beyond L = 2.
+    Every token of each episode's first call is further multiplied by `first_call_weight`. Why:
+    the first call is the only one made before any tool result (so before any echo of the next
+    item): it must be read off the task's list, and it is one call per episode against L.
+    `last_call_weight` does the same for each episode's last call (the answer: one per episode,
+    copied from the last tool result, where the L calls before it copied items).
     """
     opening = tokenizer.convert_tokens_to_ids('<tool_call>\n{"name": "')
     seqs = []
@@ -110,12 +152,16 @@ def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, e
     width = max(len(s.ids) for s in seqs)
     ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
     weight = torch.zeros((len(seqs), width))
+    eos = tokenizer.eos_token_id
     for i, s in enumerate(seqs):
         ids[i, : len(s.ids)] = torch.tensor(s.ids)
         weight[i, : len(s.ids)] = torch.tensor(s.targets, dtype=torch.float)
+        ends = [t for t, (tgt, tok) in enumerate(zip(s.targets, s.ids, strict=True)) if tgt and tok == eos]
+        weight[i, s.targets.index(True): ends[0] + 1] *= first_call_weight
+        weight[i, (ends[-2] + 1 if len(ends) > 1 else 0): ends[-1] + 1] *= last_call_weight
     decision = torch.zeros_like(weight, dtype=torch.bool)
     decision[:, 1:] = ids[:, :-1] == opening
-    weight[decision & (weight > 0)] = decision_weight
+    weight[decision & (weight > 0)] *= decision_weight
     return ids, weight
 
 
@@ -177,7 +223,7 @@ def call_accuracy(model, tokenizer, ids: torch.Tensor, tgt: torch.Tensor) -> tup
 def heldout_eval(model, tokenizer, envs=TRAINED, horizons=(16, 200), per=2) -> dict:
     model.eval()
     out = {}
-    for entry in envs:
+    for entry in dict.fromkeys(envs):  # an entry listed twice (a double share) is evaluated once
         name, knobs = parse_env_entry(entry)
         for L in horizons:
             right = calls = 0
@@ -197,6 +243,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=1400)
     ap.add_argument("--batch-tokens", type=int, default=12_000)
     ap.add_argument("--max-horizon", type=int, default=200)
+    ap.add_argument("--ramp", type=float, default=RAMP,
+                    help="fraction of the steps over which the longest horizon grows from 8 (0: no ramp)")
+    ap.add_argument("--long-share", type=float, default=0.0,
+                    help="share of batches drawn from the top 40%% of horizons, whatever the ramp")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
@@ -209,10 +259,17 @@ def main(argv=None):
                     help="embedding columns holding integer tokens' value features (from scratch only; 0: none)")
     ap.add_argument("--decision-weight", type=float, default=1.0,
                     help="loss weight of each call's tool-name token (the shipped weights' second stage used 10)")
+    ap.add_argument("--first-call-weight", type=float, default=1.0,
+                    help="loss weight multiplying every token of each episode's first call (made before any tool result)")
+    ap.add_argument("--last-call-weight", type=float, default=1.0,
+                    help="loss weight multiplying every token of each episode's last call (the answer)")
     ap.add_argument("--eval-horizons", nargs="+", type=int, default=[16, 200])
     ap.add_argument("--stop-at", type=int, default=None,
                     help="save and stop after this step (the schedule still spans --steps)")
     args = ap.parse_args(argv)
+    for name in ("ramp", "long_share"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
 
     from transformers import LlamaForCausalLM
 
@@ -222,9 +279,11 @@ def main(argv=None):
     tokenizer = build_tokenizer()
     if args.init is not None:
         model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32, attn_implementation="sdpa")
+        grown = grow_vocabulary(model, tokenizer)
         args.copy_warmup = 0
     else:
         model = LlamaForCausalLM._from_config(model_config(tokenizer), attn_implementation="sdpa")
+        grown = 0
         numeric_embedding_init(model, tokenizer, args.numeric_dims)
     n_params = sum(p.numel() for p in model.parameters())
     # No weight decay on the (tied) embedding: copying a value is an identity map through it,
@@ -242,7 +301,7 @@ def main(argv=None):
         log.flush()
         print(json.dumps(row), flush=True)
 
-    emit({"event": "start", "params": n_params, "vocab": len(tokenizer), **{k: str(v) for k, v in vars(args).items()},
+    emit({"event": "start", "params": n_params, "vocab": len(tokenizer), "grown": grown, **{k: str(v) for k, v in vars(args).items()},
           "torch": torch.__version__})
     t0 = time.time()
     gen = torch.Generator().manual_seed(args.seed)
@@ -259,8 +318,9 @@ def main(argv=None):
     model.train()
     for step in range(1, args.steps + 1):
         progress = step / args.steps
-        horizon = sample_horizon(rng, progress, args.max_horizon)
-        ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight)
+        horizon = sample_horizon(rng, progress, args.max_horizon, args.ramp, args.long_share)
+        ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight,
+                                 args.first_call_weight, args.last_call_weight)
         if step <= args.warmup:
             lr = args.lr * step / args.warmup
         else:

@@ -176,6 +176,40 @@ def test_file_system_errors_are_observations():
     assert env.fs == {"a": "xz", "b": "y"}
 
 
+@pytest.mark.parametrize("maxlen", [4, 12, 20])
+def test_file_system_words_are_whole_contents_and_files_stay_within_maxlen(maxlen):
+    from agents.file_system import CONTENT_WORDS
+
+    env = make_environment("file_system", 200, 4, words=1, maxlen=maxlen)
+    contents = [op.arguments["content"] for op in env.ops if op.name in ("create", "append")]
+    assert contents and set(contents) <= set(CONTENT_WORDS)
+    assert any(op.name == "append" for op in env.ops) == (maxlen >= 8)
+    run_perfect(env)
+    assert env.success() and all(len(v) <= maxlen for v in env.fs.values())
+    letters = make_environment("file_system", 200, 4, maxlen=maxlen)  # the default: three random letters
+    assert all(len(op.arguments["content"]) == 3 and op.arguments["content"] not in CONTENT_WORDS
+               for op in letters.ops if op.name in ("create", "append"))
+
+
+def test_file_system_words_need_room_for_one_word():
+    with pytest.raises(ValueError, match=r"maxlen=3 is shorter than one content .*valid: maxlen >= 4"):
+        make_environment("file_system", 5, 0, words=1, maxlen=3)
+    make_environment("file_system", 5, 0, maxlen=3)
+
+
+@pytest.mark.parametrize("name", ["ledger", "graph_nav", "file_system"])
+def test_echo_puts_each_steps_item_right_before_its_call_the_first_one_included(name):
+    env = make_environment(name, 6, 2, echo=1)
+    task = env.reset()[1]["content"]
+    assert task == make_environment(name, 6, 2).reset()[1]["content"] + f"\nnext 1: {env.item(0)}"
+    shown = [task]
+    for _ in range(6):
+        shown.append(env.step(env.oracle()).observation)
+    for i in range(6):
+        assert shown[i].endswith(f"next {i + 1}: {env.item(i)}"), (i, shown[i])
+    assert shown[6].endswith("all 6 done")
+
+
 def test_dict_sum_oracle_follows_reported_total():
     env = make_environment("dict_sum", 7, 0, k=2)
     r = env.step(ToolCall("report", {"total": 1000}))

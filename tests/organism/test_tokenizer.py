@@ -17,7 +17,7 @@ def pieces(tok, text):
     return tok.convert_ids_to_tokens(tok(text, add_special_tokens=False).input_ids)
 
 
-@pytest.mark.parametrize("value", ["k17", "k999", "n5", "f12", "-45", "0", "999", "-999", "red", "plum"])
+@pytest.mark.parametrize("value", ["k17", "k999", "n5", "f12", "-45", "0", "999", "-999", "red", "plum", "wolf", "star"])
 def test_values_are_one_token_in_every_context(tok, value):
     contexts = [f"Start key: {value}. Call", f"3/7 {value}", f'": "{value}"}}}}\n</tool_call>',
                 f"\n12: {value}\n", f"{value}=3 "]
@@ -69,3 +69,12 @@ def test_tool_calls_render_as_the_canonical_hermes_call(tok):
                 {"type": "function", "id": "a", "function": {"name": "apply", "arguments": {"amount": -45}}}]}]
     text = tok.apply_chat_template(msgs, tokenize=False)
     assert get_parser("hermes").render(call) + "<|im_end|>" in text
+
+
+def test_file_words_are_the_environments_contents_appended_last():
+    from agents.file_system import CONTENT_WORDS
+    from qdrift.organism.tokenizer import FILE_WORDS, WORDS, pieces
+
+    assert FILE_WORDS == CONTENT_WORDS
+    assert pieces()[-len(FILE_WORDS):] == list(FILE_WORDS)  # earlier ids did not move
+    assert not set(FILE_WORDS) & set(WORDS)

@@ -27,6 +27,23 @@ def test_decision_weight_lands_on_each_calls_tool_name_only(tok):
     assert set(weight[~heavy].unique().tolist()) <= {0.0, 1.0}
 
 
+def test_first_and_last_call_weights_multiply_every_token_of_those_calls_only(tok):
+    plain_ids, plain = make_batch(tok, random.Random(3), horizon=4, batch_tokens=300, envs=("ledger",))
+    ids, weight = make_batch(tok, random.Random(3), horizon=4, batch_tokens=300, envs=("ledger",),
+                             decision_weight=2.0, first_call_weight=5.0, last_call_weight=3.0)
+    assert torch.equal(ids, plain_ids)
+    eos = tok.eos_token_id
+    opening = tok.convert_tokens_to_ids('<tool_call>\n{"name": "')
+    for row in range(ids.shape[0]):
+        targets = (plain[row] > 0).nonzero().flatten().tolist()
+        ends = [t for t in targets if ids[row, t] == eos]
+        assert len(ends) == 5  # 4 apply calls and the finish call
+        for t in targets:  # a direct reference: first call x5, last call x3, decision token x2
+            want = (5.0 if t <= ends[0] else 3.0 if t > ends[-2] else 1.0) * (2.0 if ids[row, t - 1] == opening else 1.0)
+            assert float(weight[row, t]) == want, (row, t)
+        assert float(weight[row][plain[row] == 0].abs().sum()) == 0.0
+
+
 def test_numeric_features_are_sines_and_cosines_of_the_value(tok):
     from transformers import LlamaForCausalLM
 
@@ -45,3 +62,41 @@ def test_numeric_features_are_sines_and_cosines_of_the_value(tok):
     assert torch.equal(emb[key], before[key])  # non-integer tokens keep their random init
     with pytest.raises(ValueError, match="must be even"):
         numeric_embedding_init(model, tok, 7)
+
+
+def test_grown_vocabulary_keeps_old_rows_and_draws_new_ones_like_values(tok):
+    from transformers import LlamaForCausalLM
+
+    from qdrift.organism.tokenizer import FILE_WORDS, value_pieces
+    from qdrift.organism.train import grow_vocabulary
+
+    torch.manual_seed(0)
+    small = len(tok) - len(FILE_WORDS)
+    config = model_config(tok, max_positions=64)
+    config.vocab_size = small
+    model = LlamaForCausalLM._from_config(config)
+    with torch.no_grad():  # values sit apart from the other rows, as in a trained model
+        model.get_input_embeddings().weight[tok.convert_tokens_to_ids(value_pieces()[: -len(FILE_WORDS)])] += 0.5
+    before = model.get_input_embeddings().weight.detach().clone()
+    assert grow_vocabulary(model, tok) == len(FILE_WORDS)
+    emb = model.get_input_embeddings().weight.detach()
+    assert emb.shape[0] == len(tok) and model.config.vocab_size == len(tok)
+    assert torch.equal(emb[:small], before)
+    assert model.get_output_embeddings().weight.data_ptr() == emb.data_ptr()  # still tied
+    new = emb[small:]
+    assert abs(float(new.mean()) - 0.5) < 0.05  # the value rows' mean, not the all-row mean (~0.4 here)
+    assert float(new.std(0).mean()) == pytest.approx(0.02, rel=0.3)
+    assert grow_vocabulary(model, tok) == 0
+
+
+def test_horizon_sampling_ramp_and_long_share():
+    from qdrift.organism.train import sample_horizon
+
+    rng = random.Random(0)
+    early = [sample_horizon(rng, 0.01, 200) for _ in range(500)]
+    assert max(early) <= 12  # the default ramp starts at 8
+    no_ramp = [sample_horizon(rng, 0.01, 200, ramp=0.0) for _ in range(2000)]
+    assert max(no_ramp) > 150 and min(no_ramp) >= 1
+    mixed = [sample_horizon(rng, 0.01, 200, long_share=0.3) for _ in range(2000)]
+    share = sum(h >= 120 for h in mixed) / len(mixed)
+    assert 0.25 < share < 0.35  # the long draws alone, since the ramp keeps the rest <= 12

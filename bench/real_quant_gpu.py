@@ -159,10 +159,11 @@ def decode_table(size: str, batches: list[int], new_tokens: int) -> None:
             except Exception as e:  # printed, not hidden: the generate rate above still stands
                 print(f"  graph step failed for {variant} batch {batch}: {type(e).__name__}: {e}")
                 step = steps[variant, batch] = float("nan")
+            kernel = "unquantized" if variant == "bf16" else path_of(model).backend
             print(f"  {size} ({params / 1e9:.2f}B) batch {batch:<3} {variant:<20} generate {rate:7.1f} tok/s "
                   f"x{rate / rates['bf16', batch]:.2f} | graph step {step:6.3f} ms "
                   f"x{steps['bf16', batch] / step:.2f} | linear weights "
-                  f"{linear_weight_bytes(model) / 2**30:.2f} GiB  peak {peak:.2f} GiB  [{path_of(model).backend}]",
+                  f"{linear_weight_bytes(model) / 2**30:.2f} GiB  peak {peak:.2f} GiB  [{kernel}]",
                   flush=True)
         del model
         gc.collect()

@@ -25,6 +25,7 @@ from transformers.cache_utils import (
 )
 
 from qdrift.formats import Scales
+from qdrift.formats.fp8 import fp8_round
 from qdrift.quant.schemes import check_divides, make_generator, number_format
 from qdrift.spec import KVScheme, TensorScheme
 
@@ -98,13 +99,12 @@ class KVTensorQuantizer:
         """Quantize-dequantize a run of tokens [B, H, n, D] (n a multiple of the token block)."""
         s = self.scheme
         if s.source == "unit" and s.format.startswith("fp8") and self.generator(x.device) is None:
-            # Scale 1, nearest rounding: the saturating cast alone, in three kernels instead of the
-            # general path's ten. Bit-exact with it (dividing and multiplying by 1 are exact, the
-            # cast rounds from x's exact float32 value, every fp8 value is exact in x's dtype), and
-            # on a GPU, where eager decoding is bound by kernel launches, the difference is most of
-            # the cost of an FP8 KV cache. tests/quant/test_kv.py checks the equality.
-            fmax = self.fmt.max
-            return x.clamp(-fmax, fmax).to(self.fmt.dtype).to(x.dtype)
+            # Scale 1, nearest rounding: the format's saturating cast alone, in x's dtype (three
+            # kernels instead of the general path's ten). Bit-exact with it (dividing and multiplying
+            # by 1 are exact, the cast rounds from x's exact value, every fp8 value is exact in x's
+            # dtype), and on a GPU, where eager decoding is bound by kernel launches, the difference
+            # is most of the cost of an FP8 KV cache. tests/quant/test_kv.py checks the equality.
+            return fp8_round(x, self.fmt.dtype).to(x.dtype)
         if s.source in ("unit", "static"):
             if self.scales is None:
                 raise RuntimeError(

@@ -178,6 +178,8 @@ def quantize(
     if path == "real":
         if calibration is not None:
             raise ValueError("path='real' stores weights only and takes no calibration; drop calibration=")
+        if original_device is not None:
+            raise ValueError("path='real' keeps no original weights, so original_device= has nothing to move; drop it")
         from qdrift.real import quantize_real  # qdrift.real builds on this module
 
         return quantize_real(model, spec, kernel="fused")

@@ -116,7 +116,7 @@ def test_sliding_window_layers_quantize_too():
 
 @pytest.mark.parametrize("fmt", ["fp8e4m3", "fp8e5m2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_unit_scale_fast_cast_equals_the_general_format_path(fmt, dtype):
+def test_unit_scale_fast_cast_equals_the_general_format_path(fmt, dtype, monkeypatch):
     from qdrift.formats import Scales
     from qdrift.quant.kv import KVTensorQuantizer
     from qdrift.spec import QuantSpec
@@ -129,6 +129,11 @@ def test_unit_scale_fast_cast_equals_the_general_format_path(fmt, dtype):
              1.0, float("inf"), -float("inf"), float("nan")]
     x = torch.cat([x, torch.tensor(edges)]).to(dtype).reshape(1, 1, -1, 8)
     general = q.fmt.fake_quantize(x, scales=Scales(scale=torch.ones(())))
+
+    def general_path(*args, **kwargs):
+        raise AssertionError("a unit-scale fp8 write went through the general format path")
+
+    monkeypatch.setattr(q.fmt, "fake_quantize", general_path)  # the registry's shared instance: undone after
     fast = q.qdq(x)
     assert fast.dtype == dtype
     assert torch.equal(fast.isnan(), general.isnan())

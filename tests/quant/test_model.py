@@ -199,5 +199,7 @@ def test_path_real_stores_packed_weights_and_runs_fused_kernels():
 def test_path_real_refuses_calibration_and_unstorable_specs(llama):
     with pytest.raises(ValueError, match="takes no calibration"):
         qdrift.quantize(llama, "w4g32-a16-kv:16", path="real", calibration=[prompt()])
+    with pytest.raises(ValueError, match="keeps no original weights"):
+        qdrift.quantize(llama, "w4g32-a16-kv:16", path="real", original_device="cpu")
     with pytest.raises(ValueError, match="cannot run on the real path"):
         qdrift.quantize(llama, "w4g32-a8-kv:16", path="real")

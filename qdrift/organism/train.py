@@ -10,7 +10,7 @@ are in the training distribution. Each batch holds about `--batch-tokens` tokens
 horizon (five environments mixed), right-padded; the loss is on the generated call tokens only.
 The learning rate warms up linearly, then follows a cosine to 10%. `--decision-weight` scales the
 loss of each call's tool-name token (continue or stop); `--init` continues from saved weights.
-The shipped weights come from four stages (see weights/MODEL_CARD.md): from scratch; the
+The shipped weights come from five stages (see weights/MODEL_CARD.md): from scratch; the
 continue-or-stop token weighted; then the tool results' progress cue (`next i: item` with the
 list-indexing environments' `echo=1`):
 
@@ -32,6 +32,15 @@ stages are not forgotten):
     python -m qdrift.organism.train --init S3 --out S4 --steps 450 --lr 5e-4 --warmup 20 \
         --decision-weight 10 --first-call-weight 10 --batch-tokens 8000 --eval-every 75 \
         --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3
+
+and a fifth, short one (the ledger's final `finish` call: each episode's last call weighted, and
+ledger episodes with amounts up to 999 mixed in, so every integer token up to 999 is trained as a
+copy target, as the balances the final call copies are):
+
+    ENVS="pointer_chase ledger:echo=1 ledger:echo=1,amax=999 graph_nav:echo=1 $FS $FS"
+    python -m qdrift.organism.train --init S4 --out S5 --steps 150 --lr 3e-4 --warmup 10 \
+        --decision-weight 10 --first-call-weight 10 --last-call-weight 10 --batch-tokens 8000 \
+        --eval-every 75 --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3 --seed 5
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.

@@ -106,6 +106,16 @@ class ModelResults:
         rows = [r for r in self.episodes.get(env, []) if r["config"] == config and int(r["horizon"]) == horizon]
         return sum(bool(r["success"]) for r in rows), len(rows)
 
+    def failed_at_last_call(self, env: str) -> tuple[int, int]:
+        """(failed episodes whose first wrong call was the answer, failed episodes), over every config.
+
+        The answer is step L (0-based) in environments of L steps and one final call (pointer chasing,
+        the ledger)."""
+        failed = [r for r in self.episodes.get(env, []) if not r["success"]]
+        last = sum(r.get("first_error_step") is not None and int(r["first_error_step"]) == int(r["horizon"])
+                   for r in failed)
+        return last, len(failed)
+
     def success_rate(self, env: str, config: str, horizon: int) -> float:
         k, n = self.success(env, config, horizon)
         return k / n if n else float("nan")
@@ -153,7 +163,7 @@ class ModelResults:
         if res is None:
             return {"error": err}
         row = res.row(term="variant:h")
-        return {**row, "firth": res.extra["firth"]}
+        return {**row, "firth": res.extra["firth"], "identical": res.extra["identical"]}
 
     def significant_compounding(self, env: str, alpha: float = 0.05) -> list[str]:
         return [v for v in self.variants(env) if (self.interaction(env, v).get("p_value") or 1) < alpha]
@@ -199,7 +209,7 @@ class ModelResults:
                 rows.append([self.label(v), "–", "–", "–", f"not computed: {it['error']}"])
                 continue
             rows.append([self.label(v), coef(it["coef"]), ci(it["ci"], 2), fmt(it["p_value"], 3),
-                         "Firth (separation)" if it["firth"] else "cluster-robust"])
+                         fit_kind(it)])
         return md_table(["variant", "variant x log L", "95% CI", "p (one-sided, deficit grows)", "fit"], rows)
 
     def validity(self, env: str, config: str) -> dict[str, float]:
@@ -311,3 +321,11 @@ def _short_numbers(res) -> tuple[str, str, str, str]:
     diff = f"{fmt(d['estimate'])} {ci((d['ci_low'], d['ci_high']))}" if d else "–"
     return (diff, fmt(m["p_value"]) if m else "–", fmt(f["estimate"]) if f else "–",
             fmt(k["estimate"], 4) if k else "–")
+
+
+def fit_kind(interaction: dict) -> str:
+    if interaction["firth"]:
+        return "Firth (separation)"
+    if interaction["identical"]:
+        return "model-based (same outcomes as the baseline)"
+    return "cluster-robust"

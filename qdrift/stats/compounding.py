@@ -88,13 +88,19 @@ def firth_logit(x: np.ndarray, s: np.ndarray, n: np.ndarray, iters: int = 100):
 def interaction_fit(variant, h, s, n, groups=None, alternative: str = "less", alpha: float = 0.05) -> dict:
     """The test on arrays (one row per cluster x config x horizon cell): the fast entry point for simulations.
 
-    Returns params, bse, ci, p-values for TERMS, the one-sided/two-sided interaction p-value and
-    whether the Firth fallback was used (on separation; model-based errors then).
+    Returns params, bse, ci, p-values for TERMS, the one-sided/two-sided interaction p-value,
+    whether the Firth fallback was used (on separation; model-based errors then) and `identical`:
+    the variant's counts equal the baseline's in every cluster x horizon cell. Then every cluster's
+    score for the variant terms is exactly zero, so cluster-robust errors collapse to rounding noise
+    (a standard error of 1e-15 and an arbitrary p-value); model-based errors are used instead.
     """
     variant, h, s, n = (np.asarray(a, float) for a in (variant, h, s, n))
     x = design(variant, h)
     z = norm.ppf(1 - alpha / 2)
     firth = separated(variant, h, s, n)
+    identical = groups is not None and same_counts(variant, h, s, n, np.asarray(groups))
+    if identical:
+        groups = None
     if firth:
         params, cov = firth_logit(x, s, n)
         bse = np.sqrt(np.diag(cov))
@@ -112,7 +118,16 @@ def interaction_fit(variant, h, s, n, groups=None, alternative: str = "less", al
     zi = zstat[3]
     p_int = {"less": norm.cdf(zi), "greater": norm.sf(zi), "two-sided": p_two[3]}[alternative]
     return {"params": params, "bse": bse, "z": zstat, "p": p_two, "ci_low": params - z * bse,
-            "ci_high": params + z * bse, "p_interaction": float(p_int), "firth": bool(firth)}
+            "ci_high": params + z * bse, "p_interaction": float(p_int), "firth": bool(firth),
+            "identical": bool(identical)}
+
+
+def same_counts(variant, h, s, n, groups) -> bool:
+    """Whether the variant's (successes, episodes) equal the baseline's in every cluster x horizon cell."""
+    cells: dict[tuple, list] = {}
+    for v, hh, ss, nn, g in zip(variant, h, s, n, groups, strict=True):
+        cells.setdefault((g, hh), [None, None])[int(v)] = (ss, nn)
+    return all(pair[0] == pair[1] for pair in cells.values())
 
 
 def compounding_test(rows, config_col: str = "config", baseline: str | None = None, variant: str | None = None,
@@ -159,6 +174,9 @@ def compounding_test(rows, config_col: str = "config", baseline: str | None = No
     if fit["firth"]:
         notes.append("outcomes are (quasi-)separated (e.g. a config always succeeds), so the ML estimate is "
                      "infinite; using Firth's penalised logistic regression with model-based errors")
+    elif fit["identical"]:
+        notes.append(f"{variant}'s outcomes equal {base}'s in every cluster and horizon, so cluster-robust errors "
+                     "degenerate to zero; using model-based errors")
     out = []
     for j, term in enumerate(TERMS):
         p = fit["p_interaction"] if term == "variant:h" else float(fit["p"][j])
@@ -172,9 +190,15 @@ def compounding_test(rows, config_col: str = "config", baseline: str | None = No
                  "the other rows are two-sided")
     if not math.isfinite(b):
         notes.append("interaction estimate is not finite")
-    se_kind = "model-based (Firth)" if fit["firth"] else f"cluster-robust over {g} clusters"
+    if fit["firth"]:
+        se_kind = "model-based (Firth)"
+    elif fit["identical"]:
+        se_kind = "model-based (outcomes identical to the baseline's)"
+    else:
+        se_kind = f"cluster-robust over {g} clusters"
     return Result(title=f"Compounding: {variant} vs {base}",
                   method=f"binomial GLM logit(success) ~ variant * h, h = {horizon_scale} L centred at "
                          f"{centre:.3f} (statsmodels); {se_kind} errors",
                   n={"episodes": len(df), "clusters": g, "horizons": len(horizons)}, rows=out, notes=notes,
-                  extra={"baseline": base, "variant": variant, "centre": centre, "firth": fit["firth"]})
+                  extra={"baseline": base, "variant": variant, "centre": centre, "firth": fit["firth"],
+                         "identical": fit["identical"]})

@@ -52,3 +52,33 @@ def test_short_form_blind_names_weight_specs_that_keep_accuracy_but_break_tool_c
     assert [b["config"] for b in blind] == ["w4g64-a16-kv:16"]  # w8 keeps its calls; the KV-only spec is skipped
     assert blind[0]["diff"] == pytest.approx(0.01) and blind[0]["drop"] == pytest.approx(0.5)
     assert kv_only("w16-a16-kv:fp8e4m3@unit") and not kv_only("w4g64-a16-kv:16") and not kv_only("baseline")
+
+
+def answer_episodes(config: str, first_errors: dict[int, int], horizon: int, seeds: int = 30) -> list[dict]:
+    """Episodes of L steps and a final answer: L + 1 calls, the answer at 0-based step L."""
+    return [{**r, "steps": horizon + 1} for r in episodes(config, first_errors, horizon, seeds)]
+
+
+def test_failed_at_last_call_counts_failures_whose_first_error_is_the_answer():
+    res = ModelResults("m", {})
+    # Horizon 50: seeds 1 and 2 fail at the answer (step 50), seed 3 earlier; seed 4 of the variant at 50.
+    res.episodes["ledger"] = (answer_episodes("baseline", {1: 50, 2: 50, 3: 12}, 50)
+                              + answer_episodes("w4g128-a16-kv:16", {4: 50}, 50))
+    assert res.failed_at_last_call("ledger") == (3, 4)
+    assert res.failed_at_last_call("pointer_chase") == (0, 0)
+
+
+def test_a_variant_with_the_baselines_outcomes_is_labelled_model_based_in_the_compounding_table():
+    res = ModelResults("m", {"baseline": "baseline", "w8-a16-kv:16": "int8", "w4g128-a16-kv:16": "int4"})
+    rows = []
+    for h in (4, 16, 64):
+        fails = {s: h for s in range(0, 30, 5 if h == 64 else 10)}  # failures and successes at every horizon
+        other = {s + 1: h for s in fails}  # the same number of failures, on other seeds
+        rows += (answer_episodes("baseline", fails, h) + answer_episodes("w8-a16-kv:16", fails, h)
+                 + answer_episodes("w4g128-a16-kv:16", other, h))
+    res.episodes["pointer_chase"] = rows
+    lines = res.compounding_table("pointer_chase").splitlines()
+    int8 = next(x for x in lines if x.startswith("| int8"))
+    int4 = next(x for x in lines if x.startswith("| int4"))
+    assert "model-based (same outcomes as the baseline)" in int8 and "| 0.500 |" in int8
+    assert "cluster-robust" in int4

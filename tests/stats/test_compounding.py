@@ -135,6 +135,30 @@ def test_all_identical_outcomes_give_a_defined_null_answer():
     assert any("separated" in n for n in res.notes)
 
 
+def test_variant_identical_to_the_baseline_uses_model_based_errors():
+    # Same outcome in every cluster x horizon cell, with failures and successes at every horizon
+    # (no separation): the clusters' scores for the variant terms cancel exactly, so cluster-robust
+    # errors are rounding noise. The answer must be the model-based fit's, a null with a real width.
+    rng = np.random.default_rng(8)
+    base = rng.random((N_INST, len(HORIZONS))) < 0.98 ** HORIZONS
+    success = np.stack([base, base], axis=1)
+    res = compounding_test(frame(success), variant="w4g128")
+    row = res.row(term="variant:h")
+    df = frame(success)
+    h = np.log(df["horizon"]) - np.log(HORIZONS).mean()
+    v = (df["config"] == "w4g128").astype(float)
+    ref = sm.GLM(df["success"].astype(float), np.column_stack([np.ones(len(df)), v, h, v * h]),
+                 family=sm.families.Binomial()).fit()
+    assert res.extra["identical"] and not res.extra["firth"]
+    assert row["coef"] == pytest.approx(0.0, abs=1e-9) and row["p_value"] == pytest.approx(0.5, abs=1e-6)
+    assert row["se"] == pytest.approx(np.asarray(ref.bse)[3], rel=1e-6) and row["se"] > 0.1
+    assert "model-based" in res.method and any("degenerate" in n for n in res.notes)
+    # One cluster differing in one cell is enough to keep the cluster-robust errors.
+    success[0, 1, 2] = not success[0, 1, 2]
+    other = compounding_test(frame(success), variant="w4g128")
+    assert not other.extra["identical"] and "cluster-robust" in other.method
+
+
 def test_firth_is_close_to_the_mle_without_separation():
     # Firth on non-separated data is close to the MLE (the penalty is O(1/n)).
     rng = np.random.default_rng(6)

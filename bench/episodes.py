@@ -21,9 +21,10 @@ row's last position only, for both):
   - SmolLM2-135M, ledger L = 32: forward tokens 19.6x, wall 2.4x (107 s vs 257 s).
   - tiny byte-level model, ledger L = 32: forward tokens 21.6x, wall 3.2x.
 The wall ratio is 1 + (prefill time saved) / (decode time): on two cores one decoded token costs as
-much as prefilling tens of tokens. An organism decode step takes 3.4-3.8 ms at any context up to
-800 tokens, about 2 ms of it in the linear layers, which read every weight from DRAM each token
-(the same matmuls take 0.5 ms with their weights in cache), and these environments' tool results are a few tokens against calls of
+much as prefilling tens of tokens. An organism decode step takes 3-4 ms (2.7-4.4 ms over five
+runs) at any context from 10 to 800 tokens, about 2 ms of it in the linear layers (torch profiler),
+which read every weight from DRAM each token: the same matmuls one after another on one weight, so
+from cache, sum to 0.5 ms. These environments' tool results are a few tokens against calls of
 7-13 generated tokens (organism; SmolLM2 up to its 40-token budget), so at L = 32 decoding
 dominates both runs. The saving grows with the
 horizon, as the L = 64 and 128 rows show.

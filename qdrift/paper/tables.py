@@ -106,7 +106,7 @@ class ModelResults:
         rows = [r for r in self.episodes.get(env, []) if r["config"] == config and int(r["horizon"]) == horizon]
         return sum(bool(r["success"]) for r in rows), len(rows)
 
-    def failed_at_last_call(self, env: str) -> tuple[int, int]:
+    def failed_at_answer(self, env: str) -> tuple[int, int]:
         """(failed episodes whose first wrong call was the answer, failed episodes), over every config.
 
         The answer is step L (0-based) in environments of L steps and one final call (pointer chasing,

@@ -59,13 +59,13 @@ def answer_episodes(config: str, first_errors: dict[int, int], horizon: int, see
     return [{**r, "steps": horizon + 1} for r in episodes(config, first_errors, horizon, seeds)]
 
 
-def test_failed_at_last_call_counts_failures_whose_first_error_is_the_answer():
+def test_failed_at_answer_counts_failures_whose_first_error_is_the_answer():
     res = ModelResults("m", {})
     # Horizon 50: seeds 1 and 2 fail at the answer (step 50), seed 3 earlier; seed 4 of the variant at 50.
     res.episodes["ledger"] = (answer_episodes("baseline", {1: 50, 2: 50, 3: 12}, 50)
                               + answer_episodes("w4g128-a16-kv:16", {4: 50}, 50))
-    assert res.failed_at_last_call("ledger") == (3, 4)
-    assert res.failed_at_last_call("pointer_chase") == (0, 0)
+    assert res.failed_at_answer("ledger") == (3, 4)
+    assert res.failed_at_answer("pointer_chase") == (0, 0)
 
 
 def test_a_variant_with_the_baselines_outcomes_is_labelled_model_based_in_the_compounding_table():

@@ -13,8 +13,8 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
+from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
 
 
@@ -27,7 +27,12 @@ class RowOutput:
 
 
 class BatchSession:
-    """One cache, B rows. `feed` appends tokens; `generate` decodes until each row stops."""
+    """One cache, B rows. `feed` appends tokens; `generate` decodes until each row stops.
+
+    A turn's last generated token is not run through the model when the turn ends (nothing needs
+    its logits yet): it waits in `unfed[row]` and goes in front of that row's next feed, saving one
+    decode forward per turn. The conversation the cache continues is always cache + `unfed`.
+    """
 
     def __init__(self, model, batch: int, pad_id: int, paged: bool = False, page_size: int = 16,
                  check_pages: bool = True):
@@ -41,7 +46,7 @@ class BatchSession:
             layers = model.config.get_text_config().num_hidden_layers
             self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)
         else:
-            self.cache = DynamicCache(config=model.config)
+            self.cache = growing_cache(model.config)
         self.aborted: dict[int, str] = {}
         # Only each row's last position needs logits; models that take `logits_to_keep` skip the
         # output projection elsewhere (for a small vocabulary model about a third of prefill work).
@@ -49,15 +54,19 @@ class BatchSession:
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.tokens_fed = 0  # forward tokens over all rows, padding excluded
+        self.unfed: list[list[int]] = [[] for _ in range(batch)]  # generated, not yet in the cache
         self.last_logits: torch.Tensor | None = None  # [B, V]: each row's logits after its last real token
 
     @torch.no_grad()
     def feed(self, chunks: list[list[int] | None]) -> torch.Tensor:
-        """Append each row's tokens; return each row's logits after its last real token [B, V].
+        """Append each row's tokens (after its `unfed` ones); return each row's logits after its last
+        real token [B, V].
 
         A row fed nothing keeps the logits it had, so it can still be asked to generate.
         """
-        chunks = [None if r in self.aborted else c for r, c in enumerate(chunks)]
+        chunks = [None if r in self.aborted else (self.unfed[r] + list(c or [])) or None
+                  for r, c in enumerate(chunks)]
+        self.unfed = [[] if chunks[r] else u for r, u in enumerate(self.unfed)]
         while True:
             try:
                 return self._feed(chunks)
@@ -119,6 +128,8 @@ class BatchSession:
 
         stop_check(row, token_ids) -> bool says whether a stop string has appeared.
         """
+        if any(self.unfed[r] for r in rows if r not in self.aborted):
+            logits = self.feed([None] * self.batch)  # the last turn's final tokens first
         outs = {r: RowOutput([], [], "max_new_tokens") for r in rows}
         active = list(rows)
         for _ in range(max_new_tokens):
@@ -145,12 +156,12 @@ class BatchSession:
                     outs[r].stop_reason = "stop_string"
                 elif len(ids) < max_new_tokens:
                     still.append(r)
-            # Every generated token enters the cache, including the last one, so the cache always
-            # holds exactly the text the conversation continues from.
-            logits = self.feed(chunks)
+                    continue
+                self.unfed[r], chunks[r] = chunks[r], None  # the turn is over: its last token waits
             active = still
             if not active:
                 break
+            logits = self.feed(chunks)
         for r in rows:
             if r in self.aborted:
                 outs[r].stop_reason, outs[r].error = "kv_integrity", self.aborted[r]

@@ -58,13 +58,21 @@ def record_baseline(policy, envs, *, first_id: int = 0, **kw):
     return episodes, steps, [list(t) for t in policy.token_trace]
 
 
-def _flatten(trace: Trace) -> list[tuple[list[int], bool, int, int]]:
-    """(chunk, is_generated, step, token_index) in the order the run fed them."""
-    out = []
+def _flatten(trace: Trace) -> list[tuple[list[int], int | None, int, int]]:
+    """(tokens to feed, generated token to score or None, step, token_index) in the order the run fed them.
+
+    As in the run (BatchSession), a turn's last generated token is not fed on its own: it goes in
+    front of the next turn's suffix, and the episode's last token is never fed.
+    """
+    out: list[tuple[list[int], int | None, int, int]] = []
+    carry: list[int] = []
     for step, (fed, generated) in enumerate(trace):
-        if fed:
-            out.append((list(fed), False, step, -1))
-        out.extend(([tok], True, step, i) for i, tok in enumerate(generated))
+        if carry or fed:
+            out.append((carry + list(fed), None, step, -1))
+        for i, tok in enumerate(generated):
+            last = i == len(generated) - 1
+            out.append(([] if last else [tok], tok, step, i))
+        carry = list(generated[-1:])
     return out
 
 
@@ -101,7 +109,7 @@ def _replay(base_model, var_model, traces: list[Trace], ids: list[int]) -> list[
     if batch == 0:
         return []
     for q, ep in zip(queues, ids, strict=True):
-        if q and q[0][1]:
+        if q and q[0][1] is not None:
             raise ValueError(f"trace of episode {ep} generates before anything was fed")
     base = BatchSession(base_model, batch, _pad_id(base_model))
     var = BatchSession(var_model, batch, _pad_id(var_model))
@@ -113,16 +121,19 @@ def _replay(base_model, var_model, traces: list[Trace], ids: list[int]) -> list[
         if not live:
             return out
         # Generated tokens go one per forward (decode phase) and never share one with a suffix.
-        decode = [r for r in live if queues[r][pos[r]][1]]
+        decode = [r for r in live if queues[r][pos[r]][1] is not None]
         group = decode or live
         if decode:
             out.extend(_compare(decode, [queues[r][pos[r]] for r in decode], last, ids))
         chunks: list[list[int] | None] = [None] * batch
         for r in group:
-            chunks[r] = queues[r][pos[r]][0]
-        lb, lv = base.feed(chunks), var.feed(chunks)
+            chunks[r] = queues[r][pos[r]][0] or None
+        if any(chunks):
+            lb, lv = base.feed(chunks), var.feed(chunks)
+            for r in group:
+                if chunks[r]:
+                    last[r] = (lb[r], lv[r])
         for r in group:
-            last[r] = (lb[r], lv[r])
             pos[r] += 1
 
 
@@ -132,7 +143,7 @@ def _compare(rows, items, last, ids) -> list[TokenDrift]:
     logp_b, logp_v = torch.log_softmax(lb, dim=-1), torch.log_softmax(lv, dim=-1)
     kl = (logp_b.exp() * (logp_b - logp_v)).sum(-1).clamp_min(0.0)
     agree = logp_b.argmax(-1) == logp_v.argmax(-1)
-    toks = torch.tensor([chunk[0] for chunk, _, _, _ in items], device=lb.device)
+    toks = torch.tensor([tok for _, tok, _, _ in items], device=lb.device)
     at = torch.arange(len(rows), device=lb.device)
     base_lp, var_lp = logp_b[at, toks], logp_v[at, toks]
     return [TokenDrift(ids[r], step, index, float(kl[i]), bool(agree[i]), float(base_lp[i]), float(var_lp[i]))

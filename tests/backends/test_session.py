@@ -44,7 +44,29 @@ def test_greedy_generation_matches_transformers_generate():
     s = BatchSession(model, 1, pad_id=0)
     out = s.generate(s.feed([prompt]), [0], max_new_tokens=6, eos_ids=set(), stop_check=lambda r, t: False)
     assert out[0].token_ids == ref
-    assert s.tokens_fed == 7 + 6
+    assert s.tokens_fed == 7 + 5, "the turn's last token is not run until something follows it"
+    assert s.unfed == [ref[-1:]]
+
+
+def test_the_last_token_of_a_turn_goes_in_front_of_the_next_feed():
+    model = tiny_model("llama")
+    prompt, more = ids(7, 5), ids(3, 6)
+    s = BatchSession(model, 1, pad_id=0)
+    out = s.generate(s.feed([prompt]), [0], max_new_tokens=4, eos_ids=set(), stop_check=lambda r, t: False)
+    logits = s.feed([more])
+    assert s.unfed == [[]] and s.tokens_fed == 7 + 4 + 3
+    torch.testing.assert_close(logits[0], alone(model, [prompt, out[0].token_ids, more]), rtol=1e-4, atol=1e-5)
+
+
+def test_generating_again_without_a_feed_first_runs_the_waiting_token():
+    model = tiny_model("llama")
+    prompt = ids(7, 5)
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, 7:].tolist()
+    s = BatchSession(model, 1, pad_id=0)
+    first = s.generate(s.feed([prompt]), [0], max_new_tokens=3, eos_ids=set(), stop_check=lambda r, t: False)
+    second = s.generate(s.last_logits, [0], max_new_tokens=3, eos_ids=set(), stop_check=lambda r, t: False)
+    assert first[0].token_ids + second[0].token_ids == ref
 
 
 def test_quantized_model_cache_is_quantized_in_the_session():

@@ -2,7 +2,9 @@
 
   1. KV-cache reuse vs re-prefilling the whole conversation every step, at L = 32:
      forward tokens ratio (target >= 5x) and wall-time ratio (target >= 3x);
-  2. episodes per second at batch 8 vs batch 1 (target >= 2.5x).
+  2. episodes per second at batch 8 vs batch 1 (target >= 2.5x);
+  3. the runner's in-place cache vs transformers' DynamicCache, which re-concatenates every cached
+     token on every forward (the held-out evaluation's largest cell: 20 episodes at L = 200).
 
 `--model organism` (the default) runs the shipped organism: whole-value tokens, so contexts are
 short and its calls are real calls that end at its end-of-turn token. `--model tiny` runs a tiny
@@ -12,29 +14,36 @@ times longer. `--model smollm2` runs SmolLM2-135M-Instruct (prompted tools, call
 a model thirty times the organism's size, whose forward pass is mostly matrix work rather than
 Python overhead. Either way the point is the runner's cost,
 not the model's accuracy.
-`python bench/episodes.py [--model tiny|smollm2]`
+`python bench/episodes.py [--model tiny|smollm2] [--only reuse|batch|cache]`
 
-Measured on 2 CPU cores (re-prefill and reuse of one run; the session computes logits at each
-row's last position only, for both):
-  - organism (fifth-stage weights), L = 32: forward tokens 20.0x (ledger), 20.9x (pointer_chase);
-    wall 2.2x and 2.1x. Wall 3.2x at L = 64 and 5.0x at L = 128 (ledger).
-  - SmolLM2-135M, ledger L = 32: forward tokens 19.6x, wall 2.4x (107 s vs 257 s).
-  - tiny byte-level model, ledger L = 32: forward tokens 21.6x, wall 3.2x.
+Measured on 2 CPU cores, organism (fifth-stage weights), with the in-place cache and a turn's last
+token fed with the next tool result (both runs of (1) use them; the session computes logits at
+each row's last position only):
+  - L = 32: forward tokens 20.0x (ledger), 20.9x (pointer_chase); wall 2.5x and 2.2x
+    (before the in-place cache and the deferred last token: 2.2x and 2.1x).
+    Wall 3.8x at L = 64 and 7.0x at L = 128 (ledger; before: 3.2x and 5.0x).
+  - batch 8 vs batch 1, ledger L = 32: 2.53 vs 0.76 episodes/s (3.3x; before 3.0x).
+  - in-place vs concatenating cache, ledger L = 200, 20 episodes batched: 137 s vs 281 s (2.05x).
+    The held-out evaluation's cell of the same size went from 204 s to 112 s with identical outcomes.
+Measured before those two changes: SmolLM2-135M, ledger L = 32: forward tokens 19.6x, wall 2.4x
+(107 s vs 257 s); tiny byte-level model, ledger L = 32: forward tokens 21.6x, wall 3.2x.
 The wall ratio is 1 + (prefill time saved) / (decode time): on two cores one decoded token costs as
-much as prefilling tens of tokens. An organism decode step takes 3-4 ms (2.7-4.4 ms over five
-runs) at any context from 10 to 800 tokens, about 2 ms of it in the linear layers (torch profiler),
-which read every weight from DRAM each token: the same matmuls one after another on one weight, so
-from cache, sum to 0.5 ms. These environments' tool results are a few tokens against calls of
-7-13 generated tokens (organism; SmolLM2 up to its 40-token budget), so at L = 32 decoding
-dominates both runs. The saving grows with the
-horizon, as the L = 64 and 128 rows show.
-Batching, organism, ledger L = 32, 8 episodes: batch 8 2.39 episodes/s vs batch 1 0.80 (3.0x).
+much as prefilling tens of tokens. An organism decode step takes about 3-4 ms at any context from 10
+to 800 tokens, about 2 ms of it in the linear layers (torch profiler), which read every weight from
+DRAM each token: the same matmuls one after another on one weight, so from cache, sum to 0.5 ms.
+Storing every linear weight transposed (`[in, out]`, which MKL's matrix-vector product streams
+faster) gave 2.6x at L = 32 against 2.4x without, in back-to-back runs; it is not done: it changes the
+layout of the user's model in place. These environments' tool results are a few tokens against
+calls of 7-13 generated tokens (organism; SmolLM2 up to its 40-token budget), so at L = 32 decoding
+dominates both runs. The saving grows with the horizon, as the L = 64 and 128 rows show.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+
+from transformers import DynamicCache
 
 from qdrift.backends.hf import HFPolicy
 from qdrift.backends.session import BatchSession
@@ -57,6 +66,14 @@ class RePrefillPolicy(HFPolicy):
         self._pending[row] = self._encode(self._cached[row])
         self._session = BatchSession(self.model, 1, self.tokenizer.pad_token_id)
         self._session.tokens_fed = fed  # keep counting across the fresh caches
+
+
+class ConcatCachePolicy(HFPolicy):
+    """The runner on transformers' DynamicCache, which re-concatenates every cached token each forward."""
+
+    def start(self, conversations, episode_seeds, policy_seeds=None):
+        super().start(conversations, episode_seeds, policy_seeds)
+        self._session.cache = DynamicCache(config=self.model.config)
 
 
 def make_policy(cls, model, tok, max_new_tokens):
@@ -82,7 +99,10 @@ def main() -> None:
     p.add_argument("--horizon", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", choices=["reuse", "batch"], default=None)
+    p.add_argument("--only", choices=["reuse", "batch", "cache"], default=None)
+    # The held-out evaluation's largest cell: the copy the in-place cache avoids grows with batch x context.
+    p.add_argument("--cache-horizon", type=int, default=200)
+    p.add_argument("--cache-batch", type=int, default=20)
     p.add_argument("--batch-horizon", type=int, default=32)
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
                    help="attention kernel; eager attention's cost grows with batch x context and hides batching")
@@ -103,6 +123,8 @@ def main() -> None:
         bench_reuse(args, model, tok)
     if args.only in (None, "batch"):
         bench_batch(args, model, tok)
+    if args.only in (None, "cache"):
+        bench_cache(args, model, tok)
 
 
 def bench_reuse(args, model, tok) -> None:
@@ -130,6 +152,18 @@ def bench_batch(args, model, tok) -> None:
     eps8, eps1 = 8 / min(b8), 8 / min(b1)
     print(f"2. {args.env} L={args.batch_horizon}, 8 episodes: batch 8 {eps8:.2f} episodes/s vs batch 1 {eps1:.2f} episodes/s "
           f"(ratio {eps8 / eps1:.1f}x, target >= 2.5x)")
+
+
+def bench_cache(args, model, tok) -> None:
+    inplace, concat = [], []
+    for _ in range(args.repeats):
+        inplace.append(timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens),
+                                 envs(args.cache_batch, args.cache_horizon, args.env))[0])
+        concat.append(timed_run(make_policy(ConcatCachePolicy, model, tok, args.max_new_tokens),
+                                envs(args.cache_batch, args.cache_horizon, args.env))[0])
+    a, b = min(inplace), min(concat)
+    print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a:.2f} s vs "
+          f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ class BatchSession:
     A turn's last generated token is not run through the model when the turn ends (nothing needs
     its logits yet): it waits in `unfed[row]` and goes in front of that row's next feed, saving one
     decode forward per turn. The conversation the cache continues is always cache + `unfed`.
+    Serving engines behave the same way: the token that ends a response is sampled, never run, and
+    the next request prefills it, so a spec with separate prefill and decode precision sees that
+    token in the prefill phase here too.
     """
 
     def __init__(self, model, batch: int, pad_id: int, paged: bool = False, page_size: int = 16,

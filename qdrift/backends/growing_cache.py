@@ -23,7 +23,7 @@ class GrowingLayer(DynamicLayer):
     """`DynamicLayer` with amortized in-place appends."""
 
     _layer_type = None  # not registered as a transformers layer type
-    min_capacity = 256
+    min_capacity = 64  # tokens; small, since the first write may be a short prompt in a large batch
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

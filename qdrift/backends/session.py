@@ -65,9 +65,12 @@ class BatchSession:
         """Append each row's tokens (after its `unfed` ones); return each row's logits after its last
         real token [B, V].
 
-        A row fed nothing keeps the logits it had, so it can still be asked to generate.
+        A row fed None keeps its logits and its unfed tokens, so that a row's waiting token always
+        enters with that row's own next feed, never with another row's decode step (the phase a
+        token is computed in must not depend on what else is in the batch). `[]` feeds only the
+        waiting tokens. A row fed nothing keeps the logits it had, so it can still be asked to generate.
         """
-        chunks = [None if r in self.aborted else (self.unfed[r] + list(c or [])) or None
+        chunks = [None if (r in self.aborted or c is None) else (self.unfed[r] + list(c)) or None
                   for r, c in enumerate(chunks)]
         self.unfed = [[] if chunks[r] else u for r, u in enumerate(self.unfed)]
         while True:
@@ -131,8 +134,9 @@ class BatchSession:
 
         stop_check(row, token_ids) -> bool says whether a stop string has appeared.
         """
-        if any(self.unfed[r] for r in rows if r not in self.aborted):
-            logits = self.feed([None] * self.batch)  # the last turn's final tokens first
+        waiting = [r for r in rows if self.unfed[r] and r not in self.aborted]
+        if waiting:  # the last turn's final tokens first
+            logits = self.feed([[] if r in waiting else None for r in range(self.batch)])
         outs = {r: RowOutput([], [], "max_new_tokens") for r in rows}
         active = list(rows)
         for _ in range(max_new_tokens):

@@ -58,6 +58,21 @@ def test_the_last_token_of_a_turn_goes_in_front_of_the_next_feed():
     torch.testing.assert_close(logits[0], alone(model, [prompt, out[0].token_ids, more]), rtol=1e-4, atol=1e-5)
 
 
+def test_a_row_that_stops_first_keeps_its_last_token_while_the_others_decode():
+    # Its waiting token must enter with its own next feed (as alone), not with another row's decode step.
+    model = tiny_model("llama")
+    a, b, more = ids(5, 0), ids(4, 1), ids(3, 2)
+    s = BatchSession(model, 2, pad_id=0)
+    out = s.generate(s.feed([a, b]), [0, 1], max_new_tokens=5, eos_ids=set(),
+                     stop_check=lambda r, t: r == 0 and len(t) == 2)
+    assert [len(out[r].token_ids) for r in (0, 1)] == [2, 5]
+    assert s.unfed == [out[0].token_ids[-1:], out[1].token_ids[-1:]]
+    assert s.tokens_fed == 5 + 4 + 1 + 4
+    logits = s.feed([more, None])
+    torch.testing.assert_close(logits[0], alone(model, [a, out[0].token_ids, more]), rtol=1e-4, atol=1e-5)
+    assert s.unfed[1] == out[1].token_ids[-1:]
+
+
 def test_generating_again_without_a_feed_first_runs_the_waiting_token():
     model = tiny_model("llama")
     prompt = ids(7, 5)

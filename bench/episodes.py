@@ -128,15 +128,17 @@ def main() -> None:
         bench_cache(args, model, tok)
 
 
+def paired_runs(repeats, a, b):
+    """Run a() and b() alternately, so machine noise hits both alike; each one's fastest (time, tokens fed)."""
+    runs = [(a(), b()) for _ in range(repeats)]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
 def bench_reuse(args, model, tok) -> None:
-    reuse_t, prefill_t = [], []
-    for _ in range(args.repeats):  # alternate, so machine noise hits both alike
-        t, reuse_tokens = timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(1, args.horizon, args.env))
-        reuse_t.append(t)
-        t, prefill_tokens = timed_run(make_policy(RePrefillPolicy, model, tok, args.max_new_tokens),
-                                      envs(1, args.horizon, args.env))
-        prefill_t.append(t)
-    r, f = min(reuse_t), min(prefill_t)
+    def run(cls):
+        return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens), envs(1, args.horizon, args.env))
+
+    (r, reuse_tokens), (f, prefill_tokens) = paired_runs(args.repeats, run(HFPolicy), run(RePrefillPolicy))
     print(f"1. {args.env} L={args.horizon}: forward tokens reuse {reuse_tokens:,} vs re-prefill {prefill_tokens:,} "
           f"(ratio {prefill_tokens / reuse_tokens:.1f}x, target >= 5x); wall {r:.2f} s vs {f:.2f} s "
           f"(ratio {f / r:.1f}x, target >= 3x)")
@@ -156,13 +158,11 @@ def bench_batch(args, model, tok) -> None:
 
 
 def bench_cache(args, model, tok) -> None:
-    inplace, concat = [], []
-    for _ in range(args.repeats):
-        inplace.append(timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens),
-                                 envs(args.cache_batch, args.cache_horizon, args.env))[0])
-        concat.append(timed_run(make_policy(ConcatCachePolicy, model, tok, args.max_new_tokens),
-                                envs(args.cache_batch, args.cache_horizon, args.env))[0])
-    a, b = min(inplace), min(concat)
+    def run(cls):
+        return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
+                                 envs(args.cache_batch, args.cache_horizon, args.env))
+
+    (a, _), (b, _) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
     print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a:.2f} s vs "
           f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x)")
 

@@ -61,19 +61,15 @@ class GrowingLayer(DynamicLayer):
             bufs.append(buf)
         self._kbuf, self._vbuf = bufs
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self._kbuf = self._vbuf = None
-
     def reset(self) -> None:
         super().reset()
-        self._kbuf = self._vbuf = None
+        self._kbuf = self._vbuf = None  # free the buffers; the next write allocates new ones
 
 
 def growing_cache(config) -> DynamicCache:
     """A `DynamicCache` for `config` whose full-attention layers append in place (sliding ones unchanged)."""
     cache = DynamicCache(config=config)
     for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer and not layer.is_initialized:
+        if type(layer) is DynamicLayer:
             cache.layers[i] = GrowingLayer()
     return cache

@@ -65,10 +65,10 @@ class BatchSession:
         """Append each row's tokens (after its `unfed` ones); return each row's logits after its last
         real token [B, V].
 
-        A row fed None keeps its logits and its unfed tokens, so that a row's waiting token always
-        enters with that row's own next feed, never with another row's decode step (the phase a
-        token is computed in must not depend on what else is in the batch). `[]` feeds only the
-        waiting tokens. A row fed nothing keeps the logits it had, so it can still be asked to generate.
+        A row fed None keeps its logits (so it can still be asked to generate) and its unfed tokens:
+        a row's waiting token always enters with that row's own next feed, never with another row's
+        decode step (the phase a token is computed in must not depend on what else is in the batch).
+        `[]` feeds only the waiting tokens.
         """
         chunks = [None if (r in self.aborted or c is None) else (self.unfed[r] + list(c)) or None
                   for r, c in enumerate(chunks)]

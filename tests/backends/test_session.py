@@ -16,6 +16,16 @@ def alone(model, parts: list[list[int]]) -> torch.Tensor:
         return model(torch.tensor([sum(parts, [])])).logits[0, -1]
 
 
+def greedy_reference(model, prompt: list[int], n: int) -> list[int]:
+    """n greedy tokens after `prompt`, by transformers' own generate()."""
+    with torch.no_grad():
+        return model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)[0, len(prompt):].tolist()
+
+
+def never(row, token_ids) -> bool:
+    return False
+
+
 def test_rows_with_ragged_chunks_match_single_sequences():
     model = tiny_model("llama")
     a1, a2, b1, b2 = ids(5, 0), ids(2, 1), ids(3, 2), ids(6, 3)
@@ -39,10 +49,9 @@ def test_a_row_without_new_tokens_is_left_unchanged():
 def test_greedy_generation_matches_transformers_generate():
     model = tiny_model("llama")
     prompt = ids(7, 5)
-    with torch.no_grad():
-        ref = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, 7:].tolist()
+    ref = greedy_reference(model, prompt, 6)
     s = BatchSession(model, 1, pad_id=0)
-    out = s.generate(s.feed([prompt]), [0], max_new_tokens=6, eos_ids=set(), stop_check=lambda r, t: False)
+    out = s.generate(s.feed([prompt]), [0], max_new_tokens=6, eos_ids=set(), stop_check=never)
     assert out[0].token_ids == ref
     assert s.tokens_fed == 7 + 5, "the turn's last token is not run until something follows it"
     assert s.unfed == [ref[-1:]]
@@ -52,7 +61,7 @@ def test_the_last_token_of_a_turn_goes_in_front_of_the_next_feed():
     model = tiny_model("llama")
     prompt, more = ids(7, 5), ids(3, 6)
     s = BatchSession(model, 1, pad_id=0)
-    out = s.generate(s.feed([prompt]), [0], max_new_tokens=4, eos_ids=set(), stop_check=lambda r, t: False)
+    out = s.generate(s.feed([prompt]), [0], max_new_tokens=4, eos_ids=set(), stop_check=never)
     logits = s.feed([more])
     assert s.unfed == [[]] and s.tokens_fed == 7 + 4 + 3
     torch.testing.assert_close(logits[0], alone(model, [prompt, out[0].token_ids, more]), rtol=1e-4, atol=1e-5)
@@ -76,11 +85,10 @@ def test_a_row_that_stops_first_keeps_its_last_token_while_the_others_decode():
 def test_generating_again_without_a_feed_first_runs_the_waiting_token():
     model = tiny_model("llama")
     prompt = ids(7, 5)
-    with torch.no_grad():
-        ref = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, 7:].tolist()
+    ref = greedy_reference(model, prompt, 6)
     s = BatchSession(model, 1, pad_id=0)
-    first = s.generate(s.feed([prompt]), [0], max_new_tokens=3, eos_ids=set(), stop_check=lambda r, t: False)
-    second = s.generate(s.last_logits, [0], max_new_tokens=3, eos_ids=set(), stop_check=lambda r, t: False)
+    first = s.generate(s.feed([prompt]), [0], max_new_tokens=3, eos_ids=set(), stop_check=never)
+    second = s.generate(s.last_logits, [0], max_new_tokens=3, eos_ids=set(), stop_check=never)
     assert first[0].token_ids + second[0].token_ids == ref
 
 

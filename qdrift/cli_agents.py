@@ -23,6 +23,19 @@ def load_model(ref: str):
     return load_model_ref(ref)
 
 
+def check_env(entry: str, horizons: list[int]) -> None:
+    """Build the environment once at each horizon before any model loads, or exit naming what is wrong."""
+    from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
+    from qdrift.organism.data import parse_env_entry
+
+    try:
+        name, knobs = parse_env_entry(entry)
+        for L in horizons:
+            make_environment(name, horizon=L, seed=TRAIN_SEEDS_BELOW, split="eval", **knobs)
+    except (ValueError, TypeError, ImportError) as e:
+        raise SystemExit(f"qdrift: bad --env {entry!r}: {e}") from None
+
+
 def cmd_agents(args) -> int:
     import torch
 
@@ -38,6 +51,7 @@ def cmd_agents(args) -> int:
             raise SystemExit(f"qdrift: bad --spec {s!r}: {e}") from None
     if any(h < 1 for h in args.horizons):
         raise SystemExit(f"qdrift: horizons must be >= 1, got {args.horizons}")
+    check_env(args.env, args.horizons)
     torch.set_num_threads(args.threads)
     base, tokenizer = load_model(args.model)
     out = Path(args.out) if args.out else None
@@ -51,7 +65,7 @@ def cmd_agents(args) -> int:
         for L in args.horizons:
             t0 = time.time()
             summary, episodes, _ = evaluate(model, tokenizer, args.env, L, args.seeds, args.batch)
-            cell = [{**e.row(), "config": config} for e in episodes]
+            cell = [{**e.row(), "task": args.env, "config": config} for e in episodes]  # task keeps the knobs
             rows += cell
             if out:
                 with out.open("a") as f:
@@ -72,7 +86,8 @@ def cmd_agents(args) -> int:
 def add_parser(sub) -> None:
     a = sub.add_parser("agents", help="agent episodes: baseline vs quantized variants, with statistics")
     a.add_argument("--model", default="organism", help="'organism' (the shipped model), 'smollm2', 'tiny:<arch>' or a local model directory")
-    a.add_argument("--env", default="pointer_chase", help="environment name or path.py@Class")
+    a.add_argument("--env", default="pointer_chase", help="environment name or path.py@Class, knobs after a colon: "
+                   "ledger:echo=1,amax=50 (the organism was trained on ledger, graph_nav and file_system with echo=1)")
     a.add_argument("--horizons", nargs="+", type=int, default=[1, 16, 64])
     a.add_argument("--seeds", type=int, default=20, help="held-out seeds per horizon")
     a.add_argument("--spec", nargs="+", default=["w4g128-a16-kv:fp8e4m3@unit"])

@@ -3,6 +3,12 @@
 The main job on the embedded default (the organism): every variant is the same weights quantized
 by a spec; episodes are held-out seeds; every episode row is written to `--out` (JSON lines) as it
 finishes a (spec, horizon) cell, so an interrupted run keeps what it measured.
+
+`--drift` also replays the baseline's own episodes through each variant, teacher-forced
+(`qdrift.envs.drift`): per generated token the KL between the two next-token distributions and
+whether their top-1 agrees, written to `NAME.drift.jsonl` beside `--out`, then summarized and
+tested for growth along the trajectory (`qdrift.stats.drift_trend`). That measures drift where
+both models succeed, which success rates cannot.
 """
 
 from __future__ import annotations
@@ -58,21 +64,34 @@ def cmd_agents(args) -> int:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("")
-    rows = []
+    drift_out = out.with_suffix(".drift.jsonl") if (out and args.drift) else None
+    if drift_out:
+        drift_out.write_text("")
+    rows, drift, base_runs = [], [], {}
     configs = ["baseline", *args.spec]
     for config in configs:
         model = base if config == "baseline" else qdrift.quantize(copy.deepcopy(base), config, keep_original=False)
-        for L in args.horizons:
+        for i, L in enumerate(args.horizons):
             t0 = time.time()
-            summary, episodes, _ = evaluate(model, tokenizer, args.env, L, args.seeds, args.batch)
+            traces = [] if (args.drift and config == "baseline") else None
+            summary, episodes, _ = evaluate(model, tokenizer, args.env, L, args.seeds, args.batch, traces=traces)
             cell = [{**e.row(), "task": args.env, "config": config} for e in episodes]  # task keeps the knobs
             rows += cell
-            if out:
-                with out.open("a") as f:
-                    f.write("".join(json.dumps(r) + "\n" for r in cell))
+            append_rows(out, cell)
             print(f"{config:>28}  L={L:<4} success {summary['success']:.3f}  step accuracy "
                   f"{summary['step_accuracy']:.4f}  ({summary['episodes']} episodes, {time.time() - t0:.1f} s)",
                   flush=True)
+            if traces is not None:
+                base_runs[i] = (traces, episodes)
+            elif args.drift:
+                t0 = time.time()
+                # Episode ids unique over horizons (the statistics cluster on them).
+                cell = replay_drift(base, model, *base_runs[i], first_id=i * args.seeds, batch=args.batch,
+                                    cols={"horizon": L, "task": args.env, "config": config})
+                drift += cell
+                append_rows(drift_out, cell)
+                print(f"{'':>28}  L={L:<4} teacher-forced drift: {len(cell):,} tokens, mean KL "
+                      f"{sum(r['kl'] for r in cell) / max(len(cell), 1):.3e}  ({time.time() - t0:.1f} s)", flush=True)
     print(stats.success_by_horizon(rows, "config").summary())
     print(stats.step_error_ratio(rows, "config", baseline="baseline").summary())
     for spec in args.spec:
@@ -80,7 +99,47 @@ def cmd_agents(args) -> int:
                                      cluster_col="seed").summary())
         if len(set(args.horizons)) >= 2:
             print(stats.compounding_test(rows, "config", "baseline", spec).summary())
+        if args.drift:
+            print_drift([r for r in drift if r["config"] == spec], [r for r in rows if r["config"] == spec],
+                        args.horizons, args.seeds)
+    if drift_out:
+        print(f"teacher-forced drift rows: {drift_out}")
     return 0
+
+
+def append_rows(path: Path | None, rows: list[dict]) -> None:
+    if path:
+        with path.open("a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def replay_drift(base, variant, traces, episodes, *, first_id: int, batch: int, cols: dict) -> list[dict]:
+    """Teacher-forced drift rows of the baseline's `episodes` replayed through `variant`."""
+    from qdrift.envs.drift import teacher_forced_drift
+
+    ids = [first_id + i for i in range(len(traces))]
+    tokens = teacher_forced_drift(base, variant, traces, episodes=ids, batch_size=batch)
+    seeds = {first_id + i: e.seed for i, e in enumerate(episodes)}
+    return [{**t.row(), "seed": seeds[t.episode], **cols} for t in tokens]
+
+
+def print_drift(drift: list[dict], episode_rows: list[dict], horizons: list[int], seeds: int) -> None:
+    """Divergence summary, its trend along the trajectory, and whether it predicts the variant's failures."""
+    from qdrift import stats
+
+    if not drift:
+        print("Teacher-forced drift: no generated tokens to compare")
+        return
+    print(stats.divergence_summary(drift).summary())
+    # The variant's episodes under the same ids as the drift rows (horizon index x seeds + episode).
+    failures = [{"episode": horizons.index(r["horizon"]) * seeds + r["episode"], "success": r["success"]}
+                for r in episode_rows]
+    for title, analysis in (("Drift along the trajectory", lambda: stats.drift_trend(drift)),
+                            ("Divergence vs task failure", lambda: stats.divergence_vs_failure(drift, failures))):
+        try:
+            print(analysis().summary())
+        except ValueError as e:
+            print(f"{title}: not tested ({e})")
 
 
 def add_parser(sub) -> None:
@@ -94,4 +153,7 @@ def add_parser(sub) -> None:
     a.add_argument("--batch", type=int, default=50)
     a.add_argument("--threads", type=int, default=2)
     a.add_argument("--out", help="write every episode row here (JSON lines)")
+    a.add_argument("--drift", action="store_true",
+                   help="also replay the baseline's episodes through each variant, teacher-forced: per-token KL and "
+                        "top-1 flips, their growth along the trajectory (rows in NAME.drift.jsonl beside --out)")
     a.set_defaults(func=cmd_agents)

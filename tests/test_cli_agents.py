@@ -36,3 +36,24 @@ def test_agents_rows_keep_the_environment_knobs(tmp_path):
                  "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {(r["env"], r["task"]) for r in rows} == {("ledger", "ledger:echo=1")}
+
+
+def test_agents_drift_replays_the_baseline_through_each_variant(tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    assert main(["agents", "--env", "ledger:echo=1", "--horizons", "1", "3", "--seeds", "2", "--drift",
+                 "--spec", "w16-a16-kv:16", "w3g128-a16-kv:16", "--out", str(out)]) == 0
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    drift = [json.loads(line) for line in (tmp_path / "rows.drift.jsonl").read_text().splitlines()]
+    base = {(r["horizon"], r["seed"]) for r in episodes if r["config"] == "baseline"}
+    for spec in ("w16-a16-kv:16", "w3g128-a16-kv:16"):
+        rows = [r for r in drift if r["config"] == spec]
+        assert {(r["horizon"], r["seed"]) for r in rows} == base  # every baseline episode replayed
+        ids = {(r["horizon"], r["seed"]): r["episode"] for r in rows}
+        assert len(set(ids.values())) == len(ids)  # one cluster id per episode, over horizons too
+        assert max(r["step"] for r in rows if r["horizon"] == 3) >= 2  # every step of the longer episodes
+    # A spec that leaves every tensor as it is gives KL exactly 0 on every token; int3 weights do not.
+    assert all(r["kl"] == 0 and r["top1_agree"] for r in drift if r["config"] == "w16-a16-kv:16")
+    assert max(r["kl"] for r in drift if r["config"] == "w3g128-a16-kv:16") > 1e-4
+    text = capsys.readouterr().out
+    assert text.count("Token divergence: baseline vs variant") == 2
+    assert "Drift along the trajectory" in text

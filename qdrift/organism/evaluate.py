@@ -37,8 +37,12 @@ def summarize(episodes, steps) -> dict:
 
 
 def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: int = 50,
-             max_new_tokens: int = 32) -> tuple[dict, list, list]:
-    """Run `seeds` held-out episodes of `env_name` (`name` or `name:key=value,...`); (summary, episodes, steps)."""
+             max_new_tokens: int = 32, traces: list | None = None) -> tuple[dict, list, list]:
+    """Run `seeds` held-out episodes of `env_name` (`name` or `name:key=value,...`); (summary, episodes, steps).
+
+    `traces`, when a list, receives each episode's token trace in episode order (for
+    `qdrift.envs.drift.teacher_forced_drift`).
+    """
     from qdrift.backends.hf import HFPolicy
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.runner import run_episodes
@@ -50,8 +54,11 @@ def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: i
     for start in range(0, seeds, batch):
         envs = [make_environment(env_name, horizon=horizon, seed=TRAIN_SEEDS_BELOW + i, split="eval", **knobs)
                 for i in range(start, min(seeds, start + batch))]
-        policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=max_new_tokens)
+        policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=max_new_tokens,
+                          record_tokens=traces is not None)
         e, s = run_episodes(policy, envs, first_id=start)
+        if traces is not None:
+            traces += [list(t) for t in policy.token_trace]
         episodes += e
         steps += s
     return summarize(episodes, steps), episodes, steps

@@ -155,7 +155,8 @@ def _logit_row(name, x, fail, notes):
     except (PerfectSeparationError, PerfectSeparationWarning):
         notes.append(f"{name} separates failures perfectly: odds ratio unbounded, only the AUC is reported")
         return row
-    lo, hi = np.exp(fit.conf_int()[1])
+    with np.errstate(over="ignore"):  # an unbounded interval is reported as inf
+        lo, hi = np.exp(fit.conf_int()[1])
     row.update(
         odds_ratio_per_sd=float(np.exp(fit.params[1])),
         ci_low=float(lo),

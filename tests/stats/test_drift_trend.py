@@ -1,0 +1,90 @@
+"""Growth of teacher-forced divergence along the trajectory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from qdrift.stats import drift_trend
+
+
+def rows(kl_slope=0.0, flip_slope=0.0, n_eps=60, steps=40, tokens=6, seed=0):
+    """Drift rows with mean KL 0.02 + kl_slope * step/100 and flip log-odds -3 + flip_slope * step/100."""
+    rng = np.random.default_rng(seed)
+    ep = np.repeat(np.arange(n_eps), steps * tokens)
+    step = np.tile(np.repeat(np.arange(steps), tokens), n_eps)
+    scale = rng.gamma(4.0, 0.25, n_eps)  # episodes differ, so clustering matters
+    episode_scale = (scale / scale.mean())[ep]  # mean 1: the slope is kl_slope in this sample too
+    kl = rng.exponential((0.02 + kl_slope * step / 100) * episode_scale)
+    p_flip = 1 / (1 + np.exp(-(-3 + flip_slope * step / 100)))
+    return pd.DataFrame({"episode": ep, "step": step, "token_index": np.tile(np.arange(tokens), n_eps * steps),
+                         "kl": kl, "top1_agree": rng.random(kl.size) >= p_flip,
+                         "base_logprob": -0.1, "var_logprob": -0.1 - kl})
+
+
+def cluster_ols_reference(y, x, groups):
+    """OLS slope and its CR1 cluster-robust SE written out: (X'X)^-1 (sum_g X_g'u_g u_g'X_g) (X'X)^-1
+    times G/(G-1) (N-1)/(N-K)."""
+    X = np.column_stack([np.ones_like(x), x])
+    bread = np.linalg.inv(X.T @ X)
+    beta = bread @ X.T @ y
+    u = y - X @ beta
+    meat = np.zeros((2, 2))
+    for g in np.unique(groups):
+        s = X[groups == g].T @ u[groups == g]
+        meat += np.outer(s, s)
+    n, k, G = len(y), 2, len(np.unique(groups))
+    cov = G / (G - 1) * (n - 1) / (n - k) * bread @ meat @ bread
+    return beta[1], np.sqrt(cov[1, 1])
+
+
+def test_kl_slope_and_se_match_the_written_out_sandwich():
+    df = rows(kl_slope=0.05)
+    kl = drift_trend(df).row(quantity="KL slope (nats per 100 steps)")
+    slope, se = cluster_ols_reference(df["kl"].to_numpy(), df["step"].to_numpy() / 100, df["episode"].to_numpy())
+    assert kl["estimate"] == pytest.approx(slope, rel=1e-9)
+    assert kl["se"] == pytest.approx(se, rel=1e-9)
+
+
+def test_growth_is_found_and_recovered():
+    result = drift_trend(rows(kl_slope=0.05, flip_slope=2.0))
+    kl = result.row(quantity="KL slope (nats per 100 steps)")
+    flip = result.row(quantity="flip log-odds slope (per 100 steps)")
+    # the truth within 3 standard errors, and growth detected
+    assert abs(kl["estimate"] - 0.05) < 3 * kl["se"] and kl["p_growth"] < 1e-3
+    assert abs(flip["estimate"] - 2.0) < 3 * flip["se"] and flip["p_growth"] < 1e-3
+    assert result.n == {"tokens": 60 * 40 * 6, "episodes": 60, "steps": 40}
+
+
+def test_a_flat_profile_shows_no_growth():
+    result = drift_trend(rows(seed=3))
+    kl = result.row(quantity="KL slope (nats per 100 steps)")
+    assert kl["ci_low"] < 0 < kl["ci_high"] and kl["p_growth"] > 0.05
+
+
+def test_identical_models_are_reported_not_tested():
+    df = rows().assign(kl=0.0, top1_agree=True)
+    result = drift_trend(df)
+    assert result.row(quantity="flip log-odds slope (per 100 steps)")["estimate"] is None
+    assert any("no flips" in n for n in result.notes)
+    assert any("identical models" in n for n in result.notes)
+
+
+def test_a_few_flips_get_no_slope():
+    df = rows()
+    df["top1_agree"] = True
+    df.loc[df.index[:9], "top1_agree"] = False  # 9 flips, all in episode 0
+    result = drift_trend(df)
+    assert result.row(quantity="flip log-odds slope (per 100 steps)")["estimate"] is None
+    assert any("9 flips in 1 episode(s): too few" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d[d["episode"] == 0], "at least 2 episodes"),
+    (lambda d: d[d["step"] == 5], "at least 2 distinct steps, got only step 5"),
+    (lambda d: d.drop(columns="kl"), "lack columns"),
+])
+def test_bad_rows_are_named(change, message):
+    with pytest.raises(ValueError, match=message):
+        drift_trend(change(rows(n_eps=4, steps=8)))

@@ -2,8 +2,10 @@
 
 Per (model, agent environment): a table of the cells (episodes, success, per-step accuracy),
 success by horizon, the per-step error-rate ratio, and per variant the paired comparison and,
-with two or more horizons, the compounding test; the success curves and the Kaplan-Meier curves
-of the first-error step are saved as PNGs next to the report. Per (model, short-form task): the
+with two or more horizons, the compounding test, and where the cells recorded teacher-forced drift
+(`drift: true`), its summary and its growth along the trajectory; the success curves, the
+Kaplan-Meier curves of the first-error step and the drift profiles are saved as PNGs next to the
+report. Per (model, short-form task): the
 accuracy per configuration and the paired comparison on items. An analysis that cannot be
 computed (too few rows, a missing baseline) is reported with its reason instead of stopping
 the report.
@@ -80,7 +82,7 @@ def _cell_table(episodes: list[dict], steps: list[dict]) -> list[str]:
 
 
 def _agent_section(model: str, env: str, episodes: list[dict], steps: list[dict], baseline: str,
-                   out_dir: Path, stem: str) -> list[str]:
+                   out_dir: Path, stem: str, drift: list[dict] = ()) -> list[str]:
     from qdrift import stats
 
     lines = [f"## {model} on {env}", ""] + _cell_table(episodes, steps)
@@ -102,6 +104,25 @@ def _agent_section(model: str, env: str, episodes: list[dict], steps: list[dict]
         if len(horizons) >= 2:
             _try(lines, f"`{variant}` vs `{baseline}`: compounding",
                  lambda v=variant: stats.compounding_test(episodes, "config", baseline, v))
+        own = [r for r in drift if r["config"] == variant]
+        if own:
+            lines += _drift_lines(model, env, variant, baseline, own, out_dir, stem)
+    return lines
+
+
+def _drift_lines(model: str, env: str, variant: str, baseline: str, rows: list[dict], out_dir: Path,
+                 stem: str) -> list[str]:
+    from qdrift import stats
+
+    # One cluster per episode: a seed at one horizon (the replay's own ids restart in every cell).
+    rows = [{**r, "episode": f"{r['horizon']}/{r['seed']}"} for r in rows]
+    lines: list[str] = []
+    summary = _try(lines, f"`{variant}` vs `{baseline}`: teacher-forced drift (baseline's episodes)",
+                   lambda: stats.divergence_summary(rows))
+    name = _save(summary, out_dir / f"{stem}-{_slug(model, env, variant, 'drift')}.png")
+    if name:
+        lines += [f"![drift {model} {env} {variant}]({name})", ""]
+    _try(lines, f"`{variant}`: drift along the trajectory", lambda: stats.drift_trend(rows))
     return lines
 
 
@@ -149,9 +170,10 @@ def build_report(store: Store, baseline: str = "baseline", out: str | Path = "re
         lines.append(f"- failed: {cfg.get('model')} `{cfg.get('spec')}` {cfg.get('task')} "
                      f"L={cfg.get('horizon')}: {(c['error'] or '').splitlines()[0] if c['error'] else ''}")
     lines.append("")
-    episodes, steps = _group(store.rows("episode")), _group(store.rows("step"))
+    episodes, steps, drift = _group(store.rows("episode")), _group(store.rows("step")), _group(store.rows("drift"))
     for (model, env), eps in episodes.items():
-        lines += _agent_section(model, env, eps, steps.get((model, env), []), baseline, out.parent, out.stem)
+        lines += _agent_section(model, env, eps, steps.get((model, env), []), baseline, out.parent, out.stem,
+                                drift.get((model, env), []))
     items = _group(store.rows("item"))
     for (model, task), rows in items.items():
         lines += _short_form_section(model, task, rows, baseline)

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
-KINDS = ("episode", "step", "item")  # agent episodes, agent steps, short-form (per-item) results
+SCHEMA_VERSION = 2  # 2: rows may be of kind 'drift' (version 1 stores are migrated on open, losslessly)
+KINDS = ("episode", "step", "item", "drift")  # agent episodes, agent steps, short-form items, teacher-forced tokens
 STATUSES = ("done", "failed")
 # The cell configuration fields copied onto every row read back (the row's own fields win).
 ROW_CONFIG_COLUMNS = ("model", "config", "spec", "spec_hash", "kind", "task")
@@ -42,14 +42,20 @@ CREATE TABLE IF NOT EXISTS cells (
     wall_s REAL,
     created REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS rows (
+"""
+_ROWS = """
+CREATE TABLE IF NOT EXISTS {name} (
     id INTEGER PRIMARY KEY,
     cell TEXT NOT NULL REFERENCES cells(key) ON DELETE CASCADE,
-    kind TEXT NOT NULL CHECK (kind IN ('episode', 'step', 'item')),
+    kind TEXT NOT NULL CHECK (kind IN ({kinds})),
     data TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS rows_by_cell ON rows (cell, kind);
 """
+_INDEX = "CREATE INDEX IF NOT EXISTS rows_by_cell ON rows (cell, kind);"
+
+
+def _rows_table(name: str) -> str:
+    return _ROWS.format(name=name, kinds=", ".join(f"'{k}'" for k in KINDS))
 
 
 def canonical_json(config: Mapping[str, Any]) -> str:
@@ -75,10 +81,30 @@ class Store:
         self._db.executescript(_SCHEMA)
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if found is None:
+            self._db.executescript(_rows_table("rows") + _INDEX)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(found[0]) == 1:
+            self._migrate_from_1()
         elif int(found[0]) != SCHEMA_VERSION:
             raise ValueError(f"store {self.path} has schema_version {found[0]}; this qdrift reads version "
                              f"{SCHEMA_VERSION} only (write a new store, or use the qdrift that wrote it)")
+
+    def _migrate_from_1(self) -> None:
+        """Version 1 allowed row kinds episode, step and item only, in a CHECK that SQLite cannot alter:
+        copy the rows into a table with the current kinds, in one transaction (all or nothing)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(_rows_table("rows_v2"))
+            db.execute("INSERT INTO rows_v2 (id, cell, kind, data) SELECT id, cell, kind, data FROM rows")
+            db.execute("DROP TABLE rows")
+            db.execute("ALTER TABLE rows_v2 RENAME TO rows")
+            db.execute(_INDEX)
+            db.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._db.close()

@@ -41,6 +41,27 @@ def test_compare_writes_every_analysis_and_the_plots(tmp_path, capsys):
     assert str(out) in capsys.readouterr().out
 
 
+def test_compare_reports_teacher_forced_drift_per_variant_with_its_profile(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store)
+        rng = random.Random(1)
+        for h in (1, 4):  # drift rows of the variant's cells; seeds repeat across horizons, episodes must not
+            cfg = {"model": "organism", "config": "w4g128-a16-kv:16", "spec": "w4g128-a16-kv:16", "kind": "agent",
+                   "task": "pointer_chase", "horizon": h, "seeds": 12, "drift": True}
+            drift = [{"episode": i, "step": k, "token_index": t, "kl": rng.expovariate(50) * (1 + k),
+                      "top1_agree": rng.random() > 0.02 * (1 + k), "base_logprob": -0.1, "var_logprob": -0.2,
+                      "env": "pointer_chase", "horizon": h, "seed": 1_000_000 + i}
+                     for i in range(12) for k in range(h) for t in range(5)]
+            store.record_done(cell_key(cfg), cfg, {"episode": [], "step": [], "drift": drift}, 0.0, 1.0)
+    out = tmp_path / "report.md"
+    assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "`w4g128-a16-kv:16` vs `baseline`: teacher-forced drift (baseline's episodes)" in text
+    assert "n: tokens=300, episodes=24" in text  # 12 seeds x 2 horizons: one cluster per (horizon, seed)
+    assert "`w4g128-a16-kv:16`: drift along the trajectory" in text and "KL slope (nats per 100 steps)" in text
+    assert (tmp_path / "report-organism-pointer_chase-w4g128-a16-kv_16-drift.png").exists()
+
+
 def test_compare_says_why_an_analysis_is_missing_instead_of_failing(tmp_path):
     with Store(tmp_path / "r.sqlite") as store:
         fill(store, configs=("w8-a16-kv:16",), horizons=(1,))

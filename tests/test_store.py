@@ -1,5 +1,6 @@
 """The results store: round trip to tidy rows, content-hash keys, one transaction per cell."""
 
+import json
 import sqlite3
 
 import pytest
@@ -47,6 +48,40 @@ def test_store_uses_wal_and_refuses_another_schema_version(tmp_path):
     db.close()
     with pytest.raises(ValueError, match="schema_version 99"):
         Store(path)
+
+
+# The schema of version 1 stores, as that version wrote it: a CHECK that knows no 'drift' rows.
+V1_SCHEMA = """
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE cells (key TEXT PRIMARY KEY, config TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('done', 'failed')), error TEXT, attempts INTEGER NOT NULL DEFAULT 1,
+    started REAL, finished REAL, wall_s REAL, created REAL NOT NULL);
+CREATE TABLE rows (id INTEGER PRIMARY KEY, cell TEXT NOT NULL REFERENCES cells(key) ON DELETE CASCADE,
+    kind TEXT NOT NULL CHECK (kind IN ('episode', 'step', 'item')), data TEXT NOT NULL);
+CREATE INDEX rows_by_cell ON rows (cell, kind);
+INSERT INTO meta VALUES ('schema_version', '1');
+"""
+
+
+def test_a_version_1_store_is_migrated_with_every_row_and_then_takes_drift_rows(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)  # a store as version 1 wrote it, with a done cell and its rows
+    db.executescript(V1_SCHEMA)
+    db.execute("INSERT INTO cells (key, config, status, created) VALUES ('k1', ?, 'done', 0)", (json.dumps(CONFIG),))
+    db.executemany("INSERT INTO rows (cell, kind, data) VALUES ('k1', ?, ?)",
+                   [("episode", json.dumps(episode(1_000_000, True))), ("step", json.dumps({"step": 0, "correct": True}))])
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        db.execute("INSERT INTO rows (cell, kind, data) VALUES ('k1', 'drift', '{}')")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        assert [r["seed"] for r in store.rows("episode")] == [1_000_000] and len(store.rows("step")) == 1
+        config = {**CONFIG, "horizon": 3}
+        store.record_done(cell_key(config), config, {"drift": [{"episode": 0, "step": 0, "kl": 0.5}]}, 1.0, 2.0)
+        assert [r["kl"] for r in store.rows("drift")] == [0.5]
+    with Store(path) as again:  # opening a migrated store changes nothing
+        assert again.schema_version == 2 and len(again.rows("episode")) == 1
 
 
 def test_failed_cell_keeps_its_error_and_no_rows_and_a_later_success_replaces_it(tmp_path):

@@ -1,7 +1,8 @@
 """The numbers and pictures of one finished cell, from its tidy rows: what a per-cell log shows.
 
 Agent cells hold episode rows (`success`, `first_error_step`, ...) and step rows (`step`,
-`correct`, `json_valid`, ...); short-form cells hold item rows (`item`, `correct`, and for
+`correct`, `json_valid`, ...) and, with `drift: true`, teacher-forced drift rows (`kl`, `top1_agree`,
+...); short-form cells hold item rows (`item`, `correct`, and for
 lm-eval multiple choice `gold_logprob`). A variant cell is also compared, item by item, with the
 baseline cell of the same model and task when that one is done (`qdrift.stats.paired_from_rows`).
 No W&B here: these are plain dicts and matplotlib figures, so any sink (or a test) can use them.
@@ -37,6 +38,19 @@ def agent_metrics(episodes: list[dict], steps: list[dict]) -> dict[str, Any]:
         "tokens_out_mean": _mean(s.get("tokens_out") for s in steps),
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def drift_metrics(drift: list[dict]) -> dict[str, Any]:
+    """Teacher-forced drift along the baseline's episodes: mean and p99 KL, flip rate, log-prob drop."""
+    import numpy as np
+
+    if not drift:
+        return {}
+    kl = np.array([float(r["kl"]) for r in drift])
+    return {"tokens": len(drift), "mean_kl": float(kl.mean()),
+            "kl_p99": float(np.quantile(kl, 0.99, method="inverted_cdf")),
+            "flip_rate": _mean(not r["top1_agree"] for r in drift),
+            "logprob_drop_mean": _mean(r["base_logprob"] - r["var_logprob"] for r in drift)}
 
 
 def short_form_metrics(items: list[dict]) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class Cell:
                           max_new_tokens=t.max_new_tokens)
             if t.prompt:  # only when set, so cells with the model's default prompt keep their keys
                 config["prompt"] = dict(t.prompt)
+            if t.drift and self.spec != BASELINE:  # likewise; a baseline cell has nothing to drift from
+                config["drift"] = True
         else:
             config.update(runner=t.runner, limit=t.limit, options=dict(t.options))
         return config

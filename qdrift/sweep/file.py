@@ -11,6 +11,8 @@
         knobs: {distractors: 20}        # optional environment knobs
         max_new_tokens: 32              # optional, per step
         prompt: {mode: prompted, parser: hermes, prefill_opening: true}   # optional, tool_prompt_for options
+        drift: true                     # optional: variant cells also replay the baseline's episodes
+                                        # teacher-forced (per-token KL and top-1 flips; qdrift.envs.drift)
       - kind: short_form
         runner: lmeval                  # a registered short-form runner (qdrift.sweep.shortform)
         task: gsm8k
@@ -51,7 +53,7 @@ BASELINE = "baseline"
 TOP_KEYS = ("name", "description", "models", "specs", "tasks", "calibration", "dtype", "device", "batch", "threads",
             "executor", "workers", "wandb")
 DTYPES = ("float32", "bfloat16", "float16")
-AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens", "prompt")
+AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens", "prompt", "drift")
 PROMPT_KEYS = ("mode", "parser", "prefill_opening", "prefill_extra")
 PROMPT_MODES = ("auto", "native", "prompted")
 SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
@@ -69,6 +71,7 @@ class AgentTask:
     knobs: tuple[tuple[str, int], ...] = ()
     max_new_tokens: int = 32
     prompt: tuple[tuple[str, Any], ...] = ()  # tool_prompt_for options; () is the model's default
+    drift: bool = False  # variant cells also record teacher-forced drift against the baseline
     kind: str = "agent"
 
     @property
@@ -441,6 +444,9 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         knobs = {}
     max_new = c.int_field(task, "max_new_tokens", where, 1, 32)
     prompt = _prompt(c, task, where)
+    drift = task.get("drift", False)
+    if not isinstance(drift, bool):
+        c.error(task.line_of("drift"), f"{where}drift: must be true or false, got {drift!r}")
     if len(c.problems) > before:
         return None
     if cls is not None:  # the environment checks its own knobs (names, ranges) at every horizon
@@ -450,7 +456,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
             except (ValueError, TypeError) as e:
                 c.error(task.line_of("knobs" if knobs else "horizons"), f"{where}{e}")
                 return None
-    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt)
+    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt, drift)
 
 
 def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask | None:

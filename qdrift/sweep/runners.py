@@ -2,13 +2,17 @@
 
 Agent cells run the ordinary episode runner (`run_episodes` with `HFPolicy`: greedy, the KV cache
 reused across steps, `batch` episodes in lockstep) on the cell's held-out seeds; short-form cells
-call the runner registered under the task's name (`qdrift.sweep.shortform`).
+call the runner registered under the task's name (`qdrift.sweep.shortform`). A variant's agent
+cell with `drift: true` also runs the baseline on the same seeds, recording its tokens, and replays
+those episodes through the variant teacher-forced (`qdrift.envs.drift`): "drift" rows, one per
+generated token. The baseline is greedy, so these are the baseline cell's own episodes; running
+them here keeps every cell independent of the others (any order, any worker).
 """
 
 from __future__ import annotations
 
 from qdrift.sweep.cells import Cell
-from qdrift.sweep.file import AgentTask
+from qdrift.sweep.file import BASELINE, AgentTask
 from qdrift.sweep.models import ModelCache
 
 
@@ -23,29 +27,46 @@ class CellRunner:
     def __call__(self, cell: Cell) -> dict[str, list[dict]]:
         model, tokenizer = self.models.get(cell.model, cell.spec, cell.calibration)
         if isinstance(cell.task, AgentTask):
-            return run_agent_cell(model, tokenizer, cell, self.batch)
+            drift = cell.task.drift and cell.spec != BASELINE
+            baseline = self.models.get(cell.model, BASELINE)[0] if drift else None
+            return run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline)
         return run_short_form_cell(model, tokenizer, cell)
 
 
-def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50) -> dict[str, list[dict]]:
-    """Episodes of the cell's environment at its horizon, one per seed: episode and step rows."""
+def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None) -> dict[str, list[dict]]:
+    """Episodes of the cell's environment at its horizon, one per seed: episode and step rows, and
+    with a `baseline` model the teacher-forced drift of `model` along the baseline's episodes."""
     from qdrift.backends.hf import HFPolicy
+    from qdrift.envs.drift import record_baseline, teacher_forced_drift
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.registry import make_environment
     from qdrift.envs.runner import run_episodes
 
     task: AgentTask = cell.task
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
-    episodes, steps = [], []
+    episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
     for start in range(0, len(seeds), batch):
-        envs = [make_environment(task.env, horizon=cell.horizon, seed=s, split="eval", **dict(task.knobs))
-                for s in seeds[start:start + batch]]
+        chunk = seeds[start:start + batch]
+
+        def envs(chunk=chunk):  # fresh instances for each run over this chunk of seeds
+            return [make_environment(task.env, horizon=cell.horizon, seed=s, split="eval", **dict(task.knobs))
+                    for s in chunk]
+
         policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens)
-        e, s = run_episodes(policy, envs, first_id=start)
+        e, s = run_episodes(policy, envs(), first_id=start)
         episodes += [r.row() for r in e]
         steps += [r.row() for r in s]
-    return {"episode": episodes, "step": steps}
+        if baseline is not None:
+            base_policy = HFPolicy(baseline, tokenizer, prompt, max_new_tokens=task.max_new_tokens)
+            _, _, traces = record_baseline(base_policy, envs(), first_id=start)
+            ids = list(range(start, start + len(chunk)))
+            drift += [{**t.row(), "env": task.env, "horizon": cell.horizon, "seed": chunk[t.episode - start]}
+                      for t in teacher_forced_drift(baseline, model, traces, episodes=ids)]
+    rows = {"episode": episodes, "step": steps}
+    if baseline is not None:
+        rows["drift"] = drift
+    return rows
 
 
 def run_short_form_cell(model, tokenizer, cell: Cell) -> dict[str, list[dict]]:

@@ -162,6 +162,7 @@ class WandbSink:
                 fig = cm.step_accuracy_figure(rows["step"], cell.label)
                 payload["step_accuracy_plot"] = wandb.Image(fig)
                 plt.close(fig)
+            payload.update({f"drift/{k}": v for k, v in cm.drift_metrics(rows.get("drift", [])).items()})
         else:
             kind, own = "short_form", rows.get("item", [])
             payload = cm.short_form_metrics(own)

@@ -135,3 +135,28 @@ def test_agent_cells_run_real_episodes_on_a_quantized_tiny_model():
     base_model, _ = runner.models.get("tiny:llama", "baseline")
     assert model is not base_model and runner.models.get("tiny:llama", "w8-a16-kv:16")[0] is model
     assert type(base_model.model.layers[0].mlp.down_proj).__name__ == "Linear"  # the base stays unquantized
+
+
+def test_drift_enters_the_keys_of_variant_cells_only():
+    plain = unique_cells(parse_sweep(TEXT))
+    drift = unique_cells(parse_sweep(TEXT.replace("seeds: 2", "seeds: 2\n    drift: true")))
+    assert [c.key for c in drift[:2]] == [c.key for c in plain[:2]]  # baseline cells: nothing to drift from
+    assert all(d.key != p.key and d.config()["drift"] is True for d, p in zip(drift[2:], plain[2:], strict=True))
+    assert "drift" not in plain[2].config()  # so stores written before the option keep their keys
+
+
+@pytest.mark.parametrize("spec", ["w16-a16-kv:16", "w4g32-a16-kv:16"])
+def test_drift_cells_replay_the_baseline_cells_own_episodes(tmp_path, spec):
+    text = (TEXT.replace("seeds: 2", "seeds: 3\n    max_new_tokens: 4\n    drift: true")
+            .replace("[1, 2]", "[2]").replace("w8-a16-kv:16", spec))
+    with Store(tmp_path / "r.sqlite") as store:
+        assert run_sweep(parse_sweep(text), store, executor=LocalExecutor(CellRunner(batch=2)), progress=False).done == 2
+        steps, drift = store.rows("step"), store.rows("drift")
+    base_tokens = sum(s["tokens_out"] for s in steps if s["config"] == "baseline")
+    # one drift row per token the baseline cell generated (batch 2 over 3 seeds: two replays)
+    assert len(drift) == base_tokens and {r["config"] for r in drift} == {spec}
+    assert {r["seed"] for r in drift} == {1_000_000, 1_000_001, 1_000_002} and {r["horizon"] for r in drift} == {2}
+    if spec == "w16-a16-kv:16":  # leaves every tensor as it is
+        assert all(r["kl"] == 0 and r["top1_agree"] for r in drift)
+    else:
+        assert max(r["kl"] for r in drift) > 0

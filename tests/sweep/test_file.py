@@ -46,6 +46,7 @@ def test_a_good_file_parses_to_canonical_specs_and_held_out_seeds():
     ("name: t", "name: t\nexecutor: ray\nworkers: 0", 3, "workers: must be an integer >= 1, got 0"),
     ("name: t", "name: t\nworkers: 4", 2, "workers: the local executor runs one cell at a time; set 'executor: ray'"),
     ("name: t", "name: t\nexecuter: ray", 2, "unknown key 'executer' (did you mean 'executor'?)"),
+    ("    seeds: 2", "    seeds: 2\n    drift: yes please", 11, "tasks[0].drift: must be true or false, got 'yes please'"),
 ])
 def test_each_error_names_the_line_the_value_and_the_choices(old, new, line, message):
     assert old in GOOD

@@ -82,7 +82,7 @@ def cmd_sweep_run(args) -> int:
     print(f"store: {path}")
     _report_sink(sink)
     if args.report:
-        _print_report(path)
+        _print_report(path, sweep)
     return 1 if outcome.failed else 0
 
 
@@ -183,13 +183,15 @@ def cmd_sweep_status(args) -> int:
     return 0
 
 
-def _print_report(path: Path) -> None:
-    """The compare report of the store, written beside it and printed (what `--report` adds to a run)."""
+def _print_report(path: Path, sweep) -> None:
+    """The compare report of the sweep's cells, written beside the store and printed (what `--report`
+    adds to a run)."""
     from qdrift.compare import build_report
     from qdrift.store import Store
+    from qdrift.sweep import unique_cells
 
     with Store(path) as store:
-        out = build_report(store, out=Path(path).with_suffix(".md"))
+        out = build_report(store, out=Path(path).with_suffix(".md"), keys={c.key for c in unique_cells(sweep)})
     print()
     print(Path(out).read_text())
     print(f"report: {out} (plots beside it)")

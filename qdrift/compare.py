@@ -9,6 +9,12 @@ report. Per (model, short-form task): the
 accuracy per configuration and the paired comparison on items. An analysis that cannot be
 computed (too few rows, a missing baseline) is reported with its reason instead of stopping
 the report.
+
+A store can hold several done cells of the same (model, spec, task, horizon): a sweep whose
+configuration changed (a new option, another qdrift version) writes new cells beside the old ones.
+Their rows must not be counted twice, so the report takes, of cells over overlapping seeds (or
+short-form cells of one task), only the last finished and names the ones it left out; cells over
+disjoint seeds are pooled. `sweep run --report` reports exactly the sweep's cells.
 """
 
 from __future__ import annotations
@@ -157,24 +163,59 @@ def _short_form_section(model: str, task: str, items: list[dict], baseline: str)
     return lines
 
 
-def build_report(store: Store, baseline: str = "baseline", out: str | Path = "report.md") -> Path:
-    """Write the markdown report for every done cell in `store` to `out` (plots beside it)."""
+def _label(cell: dict) -> str:
+    cfg = cell["config"]
+    return f"{cfg.get('model')} `{cfg.get('spec')}` {cfg.get('task')} L={cfg.get('horizon')}"
+
+
+def reported_cells(cells: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(cells to report, cells superseded): of done cells of one (model, spec, kind, task, horizon),
+    the last finished wins over older ones whose seeds overlap its (short-form cells always overlap)."""
+    slots: dict[tuple, list[dict]] = defaultdict(list)
+    for c in cells:
+        cfg = c["config"]
+        slots[(cfg.get("model"), cfg.get("spec"), cfg.get("kind"), cfg.get("task"), cfg.get("horizon"))].append(c)
+    kept, superseded = [], []
+    for group in slots.values():
+        taken: list[set | None] = []  # seeds of the cells kept so far; None: not a seed list (overlaps all)
+        for c in sorted(group, key=lambda c: (c["finished"] or 0, c["created"] or 0), reverse=True):
+            seeds = c["config"].get("seeds")
+            seeds = set(seeds) if isinstance(seeds, list) else None
+            if any(t is None or seeds is None or t & seeds for t in taken):
+                superseded.append(c)
+            else:
+                kept.append(c)
+                taken.append(seeds)
+    return kept, superseded
+
+
+def build_report(store: Store, baseline: str = "baseline", out: str | Path = "report.md",
+                 keys: set[str] | None = None) -> Path:
+    """Write the markdown report for the done cells in `store` (only `keys`, when given) to `out`
+    (plots beside it)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cells = store.cells()
+    cells = [c for c in store.cells() if keys is None or c["key"] in keys]
     failed = [c for c in cells if c["status"] == "failed"]
+    done, superseded = reported_cells([c for c in cells if c["status"] == "done"])
     lines = [f"# qdrift comparison: {store.path.name}", "",
-             f"{len(cells) - len(failed)} done cells, {len(failed)} failed; baseline `{baseline}`.", ""]
+             f"{len(done)} done cells, {len(failed)} failed; baseline `{baseline}`.", ""]
     for c in failed:
-        cfg = c["config"]
-        lines.append(f"- failed: {cfg.get('model')} `{cfg.get('spec')}` {cfg.get('task')} "
-                     f"L={cfg.get('horizon')}: {(c['error'] or '').splitlines()[0] if c['error'] else ''}")
+        lines.append(f"- failed: {_label(c)}: {(c['error'] or '').splitlines()[0] if c['error'] else ''}")
+    if superseded:
+        lines.append(f"- left out, superseded by a later cell of the same model, spec, task and horizon over the "
+                     f"same seeds: {'; '.join(_label(c) + ' (' + c['key'] + ')' for c in superseded)}")
     lines.append("")
-    episodes, steps, drift = _group(store.rows("episode")), _group(store.rows("step")), _group(store.rows("drift"))
+    keep = [c["key"] for c in done]
+
+    def rows(kind):
+        return _group(store.rows(kind, keys=keep))
+
+    episodes, steps, drift = rows("episode"), rows("step"), rows("drift")
     for (model, env), eps in episodes.items():
         lines += _agent_section(model, env, eps, steps.get((model, env), []), baseline, out.parent, out.stem,
                                 drift.get((model, env), []))
-    items = _group(store.rows("item"))
+    items = rows("item")
     for (model, task), rows in items.items():
         lines += _short_form_section(model, task, rows, baseline)
     if not episodes and not items:

@@ -38,6 +38,11 @@ def test_report_prints_the_compare_report_and_writes_it_beside_the_store(tmp_pat
     written = (tmp_path / "s.md").read_text()
     assert written.strip() and written.strip() in out
     assert "w8-a16-kv:16" in written and "ledger" in written
+    # Another sweep into the same store: its report holds its own cells only.
+    sweep.write_text(TEXT.replace("seeds: 1", "seeds: [1000005]"))
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet", "--report"]) == 0
+    written = (tmp_path / "s.md").read_text()
+    assert "1 done cells" in written and "w8-a16-kv:16" not in written
 
 
 def test_run_refuses_a_bad_file_before_any_cell_with_the_line(tmp_path):

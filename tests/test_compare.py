@@ -8,13 +8,13 @@ from qdrift.cli import main
 from qdrift.store import Store, cell_key
 
 
-def fill(store: Store, configs=("baseline", "w4g128-a16-kv:16"), horizons=(1, 4), seeds=12) -> None:
+def fill(store: Store, configs=("baseline", "w4g128-a16-kv:16"), horizons=(1, 4), seeds=12, drift=False) -> None:
     rng = random.Random(0)
     for config in configs:
         p_err = 0.05 if config == "baseline" else 0.2
         for h in horizons:
             cfg = {"model": "organism", "config": config, "spec": config, "kind": "agent", "task": "pointer_chase",
-                   "horizon": h, "seeds": seeds}
+                   "horizon": h, "seeds": list(range(1_000_000, 1_000_000 + seeds))}
             episodes, steps = [], []
             for i in range(seeds):
                 errors = [rng.random() < p_err for _ in range(h)]
@@ -22,7 +22,14 @@ def fill(store: Store, configs=("baseline", "w4g128-a16-kv:16"), horizons=(1, 4)
                 episodes.append({"episode": i, "env": "pointer_chase", "horizon": h, "seed": 1_000_000 + i, "trial": 0,
                                  "success": first is None, "steps": h, "first_error_step": first})
                 steps += [{"episode": i, "step": k, "horizon": h, "correct": not e} for k, e in enumerate(errors)]
-            store.record_done(cell_key(cfg), cfg, {"episode": episodes, "step": steps}, 0.0, 1.0)
+            rows = {"episode": episodes, "step": steps}
+            if drift and config != "baseline":  # teacher-forced tokens: KL and flips grow with the step
+                cfg["drift"] = True
+                rows["drift"] = [{"episode": i, "step": k, "token_index": t, "kl": rng.expovariate(50) * (1 + k),
+                                  "top1_agree": rng.random() > 0.02 * (1 + k), "base_logprob": -0.1,
+                                  "var_logprob": -0.2, "env": "pointer_chase", "horizon": h, "seed": 1_000_000 + i}
+                                 for i in range(seeds) for k in range(h) for t in range(5)]
+            store.record_done(cell_key(cfg), cfg, rows, 0.0, 1.0)
 
 
 def test_compare_writes_every_analysis_and_the_plots(tmp_path, capsys):
@@ -43,16 +50,7 @@ def test_compare_writes_every_analysis_and_the_plots(tmp_path, capsys):
 
 def test_compare_reports_teacher_forced_drift_per_variant_with_its_profile(tmp_path):
     with Store(tmp_path / "r.sqlite") as store:
-        fill(store)
-        rng = random.Random(1)
-        for h in (1, 4):  # drift rows of the variant's cells; seeds repeat across horizons, episodes must not
-            cfg = {"model": "organism", "config": "w4g128-a16-kv:16", "spec": "w4g128-a16-kv:16", "kind": "agent",
-                   "task": "pointer_chase", "horizon": h, "seeds": 12, "drift": True}
-            drift = [{"episode": i, "step": k, "token_index": t, "kl": rng.expovariate(50) * (1 + k),
-                      "top1_agree": rng.random() > 0.02 * (1 + k), "base_logprob": -0.1, "var_logprob": -0.2,
-                      "env": "pointer_chase", "horizon": h, "seed": 1_000_000 + i}
-                     for i in range(12) for k in range(h) for t in range(5)]
-            store.record_done(cell_key(cfg), cfg, {"episode": [], "step": [], "drift": drift}, 0.0, 1.0)
+        fill(store, drift=True)
     out = tmp_path / "report.md"
     assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(out)]) == 0
     text = out.read_text()
@@ -60,6 +58,26 @@ def test_compare_reports_teacher_forced_drift_per_variant_with_its_profile(tmp_p
     assert "n: tokens=300, episodes=24" in text  # 12 seeds x 2 horizons: one cluster per (horizon, seed)
     assert "`w4g128-a16-kv:16`: drift along the trajectory" in text and "KL slope (nats per 100 steps)" in text
     assert (tmp_path / "report-organism-pointer_chase-w4g128-a16-kv_16-drift.png").exists()
+
+
+def test_compare_counts_a_rerun_cell_once_and_names_the_one_it_left_out(tmp_path):
+    # The same grid run twice, the second time with drift: the variant's cells exist twice over the
+    # same seeds. Pooling them would count every episode twice; disjoint seeds are pooled.
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store)
+        fill(store, configs=("w4g128-a16-kv:16",), drift=True)
+        old = [c["key"] for c in store.cells() if not c["config"].get("drift") and c["config"]["spec"] != "baseline"]
+        more = {"model": "organism", "config": "baseline", "spec": "baseline", "kind": "agent",
+                "task": "pointer_chase", "horizon": 1, "seeds": [2_000_000]}
+        store.record_done(cell_key(more), more, {"episode": [
+            {"episode": 0, "env": "pointer_chase", "horizon": 1, "seed": 2_000_000, "trial": 0, "success": True,
+             "steps": 1, "first_error_step": None}]}, 0.0, 1.0)
+    out = tmp_path / "report.md"
+    assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| `w4g128-a16-kv:16` | 4 | 12 |" in text and "| `baseline` | 1 | 13 |" in text
+    assert "left out, superseded by a later cell" in text and all(k in text for k in old)
+    assert "5 done cells, 0 failed" in text
 
 
 def test_compare_says_why_an_analysis_is_missing_instead_of_failing(tmp_path):

@@ -6,8 +6,13 @@ with the step index is the effect of a longer context the variant computed (its 
 and activations over every earlier token). A flat profile with growing task failures says the
 failures compound through actions; a rising one says the context itself degrades.
 
-    kl ~ 1 + step / 100           OLS, cluster-robust by episode (statsmodels)
-    flip ~ 1 + step / 100         logistic GLM, cluster-robust by episode (statsmodels)
+    kl ~ step / 100 + a level per episode     OLS within episodes, cluster-robust by episode (statsmodels)
+    flip ~ 1 + step / 100                     logistic GLM, pooled, cluster-robust by episode (statsmodels)
+
+The KL slope compares each episode with itself (its own mean removed from KL and from the step),
+so episodes of different horizons, whose levels may differ for other reasons, cannot make a
+slope on their own; an episode with a single step adds nothing to it. Flips are rare, so their
+slope is pooled over episodes.
 
 One-sided p-values test growth (H1: slope > 0). Tokens of an episode share a context, so the
 episode is the cluster; at least two episodes and two distinct steps are needed. The flip slope
@@ -41,28 +46,42 @@ def drift_trend(drift_rows, alpha: float = 0.05) -> Result:
         raise ValueError(f"drift_trend needs at least 2 episodes (the cluster), got {n_groups}")
     if np.unique(steps).size < 2:
         raise ValueError(f"drift_trend needs at least 2 distinct steps, got only step {steps[0]:g}")
-    exog = sm.add_constant(steps / PER)
+    lo, hi = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
+    np.minimum.at(lo, groups, steps)
+    np.maximum.at(hi, groups, steps)
+    if not (hi > lo).any():
+        raise ValueError("drift_trend needs an episode with at least 2 distinct steps (each episode is compared "
+                         "with itself); every episode here has one")
     cluster = {"cov_type": "cluster", "cov_kwds": {"groups": groups}}
     notes = []
-    kl_fit = sm.OLS(df["kl"].to_numpy(float), exog).fit(**cluster)
+    kl = df["kl"].to_numpy(float)
+    kl_fit = sm.OLS(_within(kl, groups), _within(steps / PER, groups)).fit(**cluster)
     crit = t_dist.ppf(1 - alpha / 2, n_groups - 1)
-    slope, se = float(kl_fit.params[1]), float(kl_fit.bse[1])
+    slope, se = float(kl_fit.params[0]), float(kl_fit.bse[0])
     rows = [{
         "quantity": "KL slope (nats per 100 steps)", "estimate": slope, "se": se,
         "ci_low": slope - crit * se, "ci_high": slope + crit * se,
         "p_growth": float(t_dist.sf(slope / se, n_groups - 1)) if se > 0 else None,
-        "detail": f"OLS, cluster-robust by episode, t({n_groups - 1}); KL at step 0 {kl_fit.params[0]:.3g}",
+        "detail": f"OLS within episodes, cluster-robust by episode, t({n_groups - 1}); mean KL {kl.mean():.3g}",
     }]
-    rows.append(_flip_row(1.0 - df["top1_agree"].to_numpy(float), groups, exog, cluster, alpha, notes))
+    flips = 1.0 - df["top1_agree"].to_numpy(float)
+    rows.append(_flip_row(flips, groups, sm.add_constant(steps / PER), cluster, alpha, notes))
     if se == 0:
         notes.append("KL does not vary with the step (e.g. identical models): no test")
     return Result(
         title="Drift along the trajectory (teacher-forced)",
-        method="statsmodels OLS / GLM Binomial on step/100, cluster-robust by episode; one-sided p for growth",
+        method="statsmodels OLS within episodes (KL) / GLM Binomial (flips) on step/100, cluster-robust by "
+               "episode; one-sided p for growth",
         n={"tokens": len(df), "episodes": n_groups, "steps": int(np.unique(steps).size)},
         rows=rows,
         notes=notes,
     )
+
+
+def _within(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """x minus its episode's mean (the within transformation: the same slope as one dummy per episode)."""
+    means = np.bincount(groups, weights=x) / np.bincount(groups)
+    return x - means[groups]
 
 
 def _flip_row(flip, groups, exog, cluster, alpha, notes) -> dict:
@@ -90,5 +109,5 @@ def _flip_row(flip, groups, exog, cluster, alpha, notes) -> dict:
     z = norm.ppf(1 - alpha / 2)
     row.update(estimate=slope, se=se, ci_low=slope - z * se, ci_high=slope + z * se,
                p_growth=float(norm.sf(slope / se)) if se > 0 else None,
-               detail=row["detail"] + "; GLM Binomial, cluster-robust by episode, z")
+               detail=row["detail"] + "; GLM Binomial pooled, cluster-robust by episode, z")
     return row

@@ -23,28 +23,49 @@ def rows(kl_slope=0.0, flip_slope=0.0, n_eps=60, steps=40, tokens=6, seed=0):
                          "base_logprob": -0.1, "var_logprob": -0.1 - kl})
 
 
-def cluster_ols_reference(y, x, groups):
-    """OLS slope and its CR1 cluster-robust SE written out: (X'X)^-1 (sum_g X_g'u_g u_g'X_g) (X'X)^-1
-    times G/(G-1) (N-1)/(N-K)."""
-    X = np.column_stack([np.ones_like(x), x])
-    bread = np.linalg.inv(X.T @ X)
-    beta = bread @ X.T @ y
-    u = y - X @ beta
-    meat = np.zeros((2, 2))
+def within_reference(y, x, groups):
+    """The within-episode slope and its CR1 cluster-robust SE written out: remove each episode's means,
+    b = sum(x y) / sum(x^2), V = G/(G-1) (N-1)/(N-1) sum_g (sum_i x_i u_i)^2 / (sum x^2)^2."""
+    y, x = y.astype(float).copy(), x.astype(float).copy()
     for g in np.unique(groups):
-        s = X[groups == g].T @ u[groups == g]
-        meat += np.outer(s, s)
-    n, k, G = len(y), 2, len(np.unique(groups))
-    cov = G / (G - 1) * (n - 1) / (n - k) * bread @ meat @ bread
-    return beta[1], np.sqrt(cov[1, 1])
+        y[groups == g] -= y[groups == g].mean()
+        x[groups == g] -= x[groups == g].mean()
+    b = (x * y).sum() / (x * x).sum()
+    u = y - b * x
+    meat = sum(((x * u)[groups == g].sum()) ** 2 for g in np.unique(groups))
+    G = len(np.unique(groups))
+    return b, np.sqrt(G / (G - 1) * meat) / (x * x).sum()
 
 
-def test_kl_slope_and_se_match_the_written_out_sandwich():
+def test_kl_slope_and_se_match_the_written_out_within_estimator():
     df = rows(kl_slope=0.05)
     kl = drift_trend(df).row(quantity="KL slope (nats per 100 steps)")
-    slope, se = cluster_ols_reference(df["kl"].to_numpy(), df["step"].to_numpy() / 100, df["episode"].to_numpy())
+    slope, se = within_reference(df["kl"].to_numpy(), df["step"].to_numpy() / 100, df["episode"].to_numpy())
     assert kl["estimate"] == pytest.approx(slope, rel=1e-9)
     assert kl["se"] == pytest.approx(se, rel=1e-9)
+
+
+def test_the_kl_slope_equals_one_dummy_per_episode():
+    import statsmodels.api as sm
+
+    df = rows(kl_slope=0.05, n_eps=12, steps=10)
+    dummies = pd.get_dummies(df["episode"], dtype=float).to_numpy()
+    lsdv = sm.OLS(df["kl"].to_numpy(), np.column_stack([df["step"].to_numpy() / 100, dummies])).fit()
+    assert drift_trend(df).row(quantity="KL slope (nats per 100 steps)")["estimate"] == pytest.approx(lsdv.params[0])
+
+
+def test_levels_that_differ_by_horizon_make_no_slope():
+    # Short episodes sit at a low KL level and long ones at a high one, flat within each episode: a
+    # pooled regression would call that growth; each episode compared with itself shows none.
+    rng = np.random.default_rng(1)
+    parts = []
+    for e in range(40):
+        steps = 4 if e % 2 else 100
+        kl = (0.001 if steps == 4 else 0.01) * rng.exponential(1.0, steps)
+        parts.append(pd.DataFrame({"episode": e, "step": np.arange(steps), "kl": kl, "top1_agree": True,
+                                   "base_logprob": -0.1, "var_logprob": -0.1 - kl}))
+    kl = drift_trend(pd.concat(parts)).row(quantity="KL slope (nats per 100 steps)")
+    assert kl["ci_low"] < 0 < kl["ci_high"]
 
 
 def test_growth_is_found_and_recovered():
@@ -84,6 +105,7 @@ def test_a_few_flips_get_no_slope():
     (lambda d: d[d["episode"] == 0], "at least 2 episodes"),
     (lambda d: d[d["step"] == 5], "at least 2 distinct steps, got only step 5"),
     (lambda d: d.drop(columns="kl"), "lack columns"),
+    (lambda d: d.assign(episode=d["step"]), "an episode with at least 2 distinct steps"),
 ])
 def test_bad_rows_are_named(change, message):
     with pytest.raises(ValueError, match=message):

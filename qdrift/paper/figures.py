@@ -130,3 +130,30 @@ def tool_contrast(res: ModelResults, task: str, env: str, path: Path) -> str | N
     v0 = res.validity(env, BASELINE)["schema_valid"]
     return _contrast(res, task, lambda v: res.validity(env, v)["schema_valid"] - v0,
                      f"short-form accuracy change ({task})", f"change in schema-valid calls, {env}", path)
+
+
+def drift_profiles(res: ModelResults, env: str, horizon: int, path: Path) -> str | None:
+    """Mean teacher-forced KL per step along the baseline's episodes at one horizon, per variant (log scale);
+    steps are pooled in twenty bins so a line is not one token's noise."""
+    variants = res.drift_variants(env)
+    if not variants:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    width = max(1, (horizon + 1) // 20)
+    for v in variants:
+        sums: dict[int, list[float]] = {}
+        for r in res.drift.get(env, []):
+            if r["config"] == v and int(r["horizon"]) == horizon:
+                sums.setdefault(int(r["step"]) // width, []).append(float(r["kl"]))
+        xs = sorted(sums)
+        ys = [sum(sums[x]) / len(sums[x]) for x in xs]
+        keep = [(x * width + (width - 1) / 2, y) for x, y in zip(xs, ys, strict=True) if y > 0]
+        if keep:
+            ax.plot(*zip(*keep, strict=True), marker=".", label=res.label(v))
+    ax.set_yscale("log")
+    ax.set_xlabel("agent step")
+    ax.set_ylabel("mean KL(baseline || variant), nats")
+    ax.set_title(f"{res.model}: {env}, L = {horizon}, teacher-forced", fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, path)

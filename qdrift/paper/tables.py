@@ -34,6 +34,13 @@ def coef(x: Any, digits: int = 3) -> str:
     return f"{0.0 if round(x, digits) == 0 else x:.{digits}f}"
 
 
+def sci(x: Any) -> str:
+    """A small positive quantity spanning decades (a KL in nats): three significant digits, e-notation."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{float(x):.2e}"
+
+
 def ci(pair, digits: int = 3) -> str:
     lo, hi = pair
     return f"[{fmt(float(lo), digits)}, {fmt(float(hi), digits)}]"
@@ -54,6 +61,7 @@ class ModelResults:
     episodes: dict[str, list[dict]] = field(default_factory=dict)  # env -> episode rows
     steps: dict[str, list[dict]] = field(default_factory=dict)  # env -> step rows
     items: dict[str, list[dict]] = field(default_factory=dict)  # short-form task -> item rows
+    drift: dict[str, list[dict]] = field(default_factory=dict)  # env -> teacher-forced drift rows
     wall_s: float = 0.0
     cells: int = 0
     failed: list[str] = field(default_factory=list)
@@ -74,7 +82,8 @@ class ModelResults:
             else:
                 cfg = c["config"]
                 out.failed.append(f"{cfg.get('spec')} {cfg.get('task')} L={cfg.get('horizon')}")
-        for kind, target in (("episode", out.episodes), ("step", out.steps), ("item", out.items)):
+        for kind, target in (("episode", out.episodes), ("step", out.steps), ("item", out.items),
+                             ("drift", out.drift)):
             groups = defaultdict(list)
             for r in store.rows(kind, keys=done):
                 if r["model"] == model:
@@ -250,6 +259,66 @@ class ModelResults:
             return []
         return [(r["variant"], r["estimate"], r["ci"]) for r in res.rows
                 if r["quantity"] == "p_step ratio" and r["ci"][0] > 1]
+
+    # ------------------------------------------------------------------ teacher-forced drift
+
+    def drift_rows(self, env: str, variant: str) -> list[dict]:
+        """The variant's drift rows, each episode named by (horizon, seed): the replay's own ids restart per cell."""
+        return [{**r, "episode": f"{r['horizon']}/{r['seed']}"} for r in self.drift.get(env, [])
+                if r["config"] == variant]
+
+    def drift_variants(self, env: str) -> list[str]:
+        present = {r["config"] for r in self.drift.get(env, [])}
+        return [v for v in self.variants(env) if v in present]
+
+    def drift_summary(self, env: str, variant: str):
+        from qdrift import stats
+
+        return self._memo(("drift", env, variant), lambda: stats.divergence_summary(self.drift_rows(env, variant)))
+
+    def drift_trend(self, env: str, variant: str):
+        from qdrift import stats
+
+        return self._memo(("trend", env, variant), lambda: stats.drift_trend(self.drift_rows(env, variant)))
+
+    def drift_ends(self, env: str, variant: str, horizon: int, key: str = "kl") -> tuple[float, float]:
+        """Mean of `key` over the first and the last tenth of the steps of the episodes at `horizon`."""
+        rows = [r for r in self.drift.get(env, []) if r["config"] == variant and int(r["horizon"]) == horizon]
+        cut = max(1, round(0.1 * (horizon + 1)))
+        early = [float(r[key]) for r in rows if int(r["step"]) < cut]
+        late = [float(r[key]) for r in rows if int(r["step"]) > horizon - cut]
+        return (sum(early) / len(early) if early else float("nan")), (sum(late) / len(late) if late else float("nan"))
+
+    def growing_drift(self, env: str, alpha: float = 0.05) -> list[str]:
+        """Variants whose teacher-forced KL grows along the trajectory at one-sided p < alpha."""
+        out = []
+        for v in self.drift_variants(env):
+            res, _ = self.drift_trend(env, v)
+            if res is not None and (res.row(quantity="KL slope (nats per 100 steps)")["p_growth"] or 1) < alpha:
+                out.append(v)
+        return out
+
+    def drift_table(self, env: str, horizon: int) -> str:
+        rows = []
+        for v in self.drift_variants(env):
+            summary, err = self.drift_summary(env, v)
+            trend, terr = self.drift_trend(env, v)
+            if summary is None:
+                rows.append([self.label(v), "–", f"not computed: {err}", "", "", "", "", ""])
+                continue
+            kl = summary.row(quantity="mean KL")
+            flips = sum(not r["top1_agree"] for r in self.drift.get(env, []) if r["config"] == v)
+            early, late = self.drift_ends(env, v, horizon)
+            if trend is None:
+                slope, p = f"not computed: {terr}", "–"
+            else:
+                t = trend.row(quantity="KL slope (nats per 100 steps)")
+                slope, p = f"{sci(t['estimate'])} [{sci(t['ci_low'])}, {sci(t['ci_high'])}]", fmt(t["p_growth"])
+            rows.append([self.label(v), f"{summary.n['tokens']:,}",
+                         f"{sci(kl['estimate'])} [{sci(kl['ci_low'])}, {sci(kl['ci_high'])}]", flips, sci(early),
+                         sci(late), slope, p])
+        return md_table(["variant", "tokens", "mean KL [95% CI]", "top-1 flips", f"mean KL, first tenth (L = {horizon})",
+                         f"last tenth (L = {horizon})", "KL slope per 100 steps [95% CI]", "p (one-sided, grows)"], rows)
 
     @staticmethod
     def _frac(k: int, n: int) -> str:

@@ -29,6 +29,7 @@ tasks:
   - env: pointer_chase
     horizons: [1, 3]
     seeds: 3
+    drift: true
   - env: ledger
     knobs: {echo: 1}
     horizons: [1, 2]
@@ -108,6 +109,22 @@ def test_success_counts_in_the_paper_are_the_stores(built):
     for spec in SPECS:
         expected = [f"{counts[(spec, h)][0]}/{counts[(spec, h)][1]}" for h in (1, 3)]
         assert success_row(md, labels[spec], "### 3.1 Pointer chasing") == expected
+
+
+def test_drift_in_the_paper_is_the_stores(built):
+    md = (built / "out" / "paper.md").read_text()
+    with Store(built / "runs" / "organism.sqlite") as store:
+        drift = store.rows("drift")
+    labels = load_config(PAPER).labels
+    assert {r["config"] for r in drift} == set(SPECS[1:]) and {r["horizon"] for r in drift} == {1, 3}
+    for spec in SPECS[1:]:
+        own = [r for r in drift if r["config"] == spec]
+        row = success_row(md, labels[spec], "### 3.2 Drift along the baseline's trajectories")
+        assert row[0] == f"{len(own):,}"  # tokens
+        mean = sum(r["kl"] for r in own) / len(own)
+        assert float(row[1].split(" [")[0]) == pytest.approx(mean, rel=1e-3, abs=1e-6)
+        assert int(row[2]) == sum(not r["top1_agree"] for r in own)
+    assert "Mean KL(baseline || variant) per step" in md
 
 
 def test_short_form_accuracy_in_the_paper_is_the_stores(built):

@@ -140,6 +140,8 @@ def print_drift(drift: list[dict], episode_rows: list[dict], horizons: list[int]
             print(analysis().summary())
         except ValueError as e:
             print(f"{title}: not tested ({e})")
+    print("Note: greedy decoding leaves the baseline's path at the first top-1 flip, so flips and the variant's "
+          "failures go together by construction; mean KL is the predictor that is not.")
 
 
 def add_parser(sub) -> None:

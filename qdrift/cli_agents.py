@@ -57,6 +57,8 @@ def cmd_agents(args) -> int:
             raise SystemExit(f"qdrift: bad --spec {s!r}: {e}") from None
     if any(h < 1 for h in args.horizons):
         raise SystemExit(f"qdrift: horizons must be >= 1, got {args.horizons}")
+    if len(set(args.horizons)) != len(args.horizons):
+        raise SystemExit(f"qdrift: horizons must be distinct, got {args.horizons}")
     check_env(args.env, args.horizons)
     torch.set_num_threads(args.threads)
     base, tokenizer = load_model(args.model)

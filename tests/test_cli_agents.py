@@ -19,6 +19,7 @@ def test_agents_runs_baseline_and_variant_and_keeps_every_row(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--spec", "w99"], "bad --spec"),
     (["--horizons", "0"], "horizons must be >= 1"),
+    (["--horizons", "4", "4"], r"horizons must be distinct, got \[4, 4\]"),
     (["--model", "/no/such/dir"], "neither 'organism' nor a local model directory"),
     (["--env", "nosuch"], "bad --env 'nosuch': Unknown environment 'nosuch'.*Available: .*pointer_chase"),
     (["--env", "ledger:echo"], "bad --env 'ledger:echo': .*knobs are written name:key=INT"),

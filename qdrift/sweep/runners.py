@@ -5,8 +5,11 @@ reused across steps, `batch` episodes in lockstep) on the cell's held-out seeds;
 call the runner registered under the task's name (`qdrift.sweep.shortform`). A variant's agent
 cell with `drift: true` also runs the baseline on the same seeds, recording its tokens, and replays
 those episodes through the variant teacher-forced (`qdrift.envs.drift`): "drift" rows, one per
-generated token. The baseline is greedy, so these are the baseline cell's own episodes; running
-them here keeps every cell independent of the others (any order, any worker).
+generated token. The baseline is greedy, so these are the baseline cell's own episodes: the runner
+keeps the tokens of every baseline episode it ran or recorded (token ids only, keyed by model,
+task, horizon and batch of seeds), so in one process the baseline runs once per horizon, and a
+cell on a fresh worker records them itself. Every cell stays independent of the others (any
+order, any worker).
 """
 
 from __future__ import annotations
@@ -23,19 +26,25 @@ class CellRunner:
                  device: str | None = None):
         self.models = models or ModelCache(dtype=dtype, device=device)
         self.batch = batch
+        self.baseline_traces: dict[tuple, list] = {}  # (model, task, horizon, seeds) -> the baseline's token traces
 
     def __call__(self, cell: Cell) -> dict[str, list[dict]]:
         model, tokenizer = self.models.get(cell.model, cell.spec, cell.calibration)
         if isinstance(cell.task, AgentTask):
             drift = cell.task.drift and cell.spec != BASELINE
             baseline = self.models.get(cell.model, BASELINE)[0] if drift else None
-            return run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline)
+            traces = self.baseline_traces if cell.task.drift else None
+            return run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline, traces=traces)
         return run_short_form_cell(model, tokenizer, cell)
 
 
-def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None) -> dict[str, list[dict]]:
+def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
+                   traces: dict | None = None) -> dict[str, list[dict]]:
     """Episodes of the cell's environment at its horizon, one per seed: episode and step rows, and
-    with a `baseline` model the teacher-forced drift of `model` along the baseline's episodes."""
+    with a `baseline` model the teacher-forced drift of `model` along the baseline's episodes.
+
+    `traces` caches the baseline's token traces per (model, task, horizon, seeds): the baseline cell
+    itself (`baseline` None) fills it as it runs, and a variant cell records what is missing."""
     from qdrift.backends.hf import HFPolicy
     from qdrift.envs.drift import record_baseline, teacher_forced_drift
     from qdrift.envs.prompting import tool_prompt_for
@@ -53,16 +62,25 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None)
             return [make_environment(task.env, horizon=cell.horizon, seed=s, split="eval", **dict(task.knobs))
                     for s in chunk]
 
-        policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens)
+        key = (cell.model, task, cell.horizon, tuple(chunk))
+        policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens,
+                          record_tokens=traces is not None and baseline is None)  # the baseline cell records
         e, s = run_episodes(policy, envs(), first_id=start)
         episodes += [r.row() for r in e]
         steps += [r.row() for r in s]
+        if policy.record_tokens:
+            traces[key] = [list(t) for t in policy.token_trace]
         if baseline is not None:
-            base_policy = HFPolicy(baseline, tokenizer, prompt, max_new_tokens=task.max_new_tokens)
-            _, _, traces = record_baseline(base_policy, envs(), first_id=start)
+            if traces is None or key not in traces:
+                base_policy = HFPolicy(baseline, tokenizer, prompt, max_new_tokens=task.max_new_tokens)
+                recorded = record_baseline(base_policy, envs(), first_id=start)[2]
+                if traces is not None:
+                    traces[key] = recorded
+            else:
+                recorded = traces[key]
             ids = list(range(start, start + len(chunk)))
             drift += [{**t.row(), "env": task.env, "horizon": cell.horizon, "seed": chunk[t.episode - start]}
-                      for t in teacher_forced_drift(baseline, model, traces, episodes=ids)]
+                      for t in teacher_forced_drift(baseline, model, recorded, episodes=ids)]
     rows = {"episode": episodes, "step": steps}
     if baseline is not None:
         rows["drift"] = drift

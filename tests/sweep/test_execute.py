@@ -160,3 +160,17 @@ def test_drift_cells_replay_the_baseline_cells_own_episodes(tmp_path, spec):
         assert all(r["kl"] == 0 and r["top1_agree"] for r in drift)
     else:
         assert max(r["kl"] for r in drift) > 0
+
+
+def test_a_variant_cell_on_its_own_records_the_baselines_tokens_exactly_as_the_baseline_cell_did():
+    # In one runner the variant reuses the tokens the baseline cell recorded; a fresh runner (another
+    # worker) records them itself. The drift rows must be the same either way.
+    sweep = parse_sweep(TEXT.replace("seeds: 2", "seeds: 3\n    max_new_tokens: 4\n    drift: true")
+                        .replace("[1, 2]", "[2]").replace("w8-a16-kv:16", "w4g32-a16-kv:16"))
+    base, variant = unique_cells(sweep)
+    shared = CellRunner(batch=2)
+    shared(base)
+    assert len(shared.baseline_traces) == 2  # 3 seeds in batches of 2
+    reused = shared(variant)["drift"]
+    alone = CellRunner(batch=2)(variant)["drift"]
+    assert reused and reused == alone

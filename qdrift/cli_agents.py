@@ -47,6 +47,7 @@ def cmd_agents(args) -> int:
 
     import qdrift
     from qdrift import stats
+    from qdrift.envs.drift import drift_rows
     from qdrift.organism.evaluate import evaluate
     from qdrift.spec import QuantSpec
 
@@ -88,8 +89,9 @@ def cmd_agents(args) -> int:
             elif args.drift:
                 t0 = time.time()
                 # Episode ids unique over horizons (the statistics cluster on them).
-                cell = replay_drift(base, model, *base_runs[i], first_id=i * args.seeds, batch=args.batch,
-                                    cols={"horizon": L, "task": args.env, "config": config})
+                traces, base_episodes = base_runs[i]
+                cell = drift_rows(base, model, traces, [e.seed for e in base_episodes], first_id=i * args.seeds,
+                                  batch_size=args.batch, horizon=L, task=args.env, config=config)
                 drift += cell
                 append_rows(drift_out, cell)
                 print(f"{'':>28}  L={L:<4} teacher-forced drift: {len(cell):,} tokens, mean KL "
@@ -113,16 +115,6 @@ def append_rows(path: Path | None, rows: list[dict]) -> None:
     if path:
         with path.open("a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def replay_drift(base, variant, traces, episodes, *, first_id: int, batch: int, cols: dict) -> list[dict]:
-    """Teacher-forced drift rows of the baseline's `episodes` replayed through `variant`."""
-    from qdrift.envs.drift import teacher_forced_drift
-
-    ids = [first_id + i for i in range(len(traces))]
-    tokens = teacher_forced_drift(base, variant, traces, episodes=ids, batch_size=batch)
-    seeds = {first_id + i: e.seed for i, e in enumerate(episodes)}
-    return [{**t.row(), "seed": seeds[t.episode], **cols} for t in tokens]
 
 
 def print_drift(drift: list[dict], episode_rows: list[dict], horizons: list[int], seeds: int) -> None:

@@ -165,3 +165,12 @@ def summarize_drift(rows: list[TokenDrift]) -> dict:
                          "flip_rate": float(flips[sel].mean())})
     return {"tokens": len(rows), "mean_kl": float(kl.mean()), "p99_kl": float(np.percentile(kl, 99)),
             "flip_rate": float(flips.mean()), "per_step": per_step}
+
+
+def drift_rows(baseline_model, variant_model, traces: list[Trace], seeds: list[int], *, first_id: int = 0,
+               batch_size: int | None = None, **cols) -> list[dict]:
+    """`teacher_forced_drift` as tidy rows: episode i of `traces` is `first_id + i`, each row carries its
+    episode's seed and `cols` (horizon, config, ...), ready for qdrift.stats and the results store."""
+    ids = [first_id + i for i in range(len(traces))]
+    tokens = teacher_forced_drift(baseline_model, variant_model, traces, episodes=ids, batch_size=batch_size)
+    return [{**t.row(), "seed": seeds[t.episode - first_id], **cols} for t in tokens]

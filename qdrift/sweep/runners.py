@@ -46,7 +46,7 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     `traces` caches the baseline's token traces per (model, task, horizon, seeds): the baseline cell
     itself (`baseline` None) fills it as it runs, and a variant cell records what is missing."""
     from qdrift.backends.hf import HFPolicy
-    from qdrift.envs.drift import record_baseline, teacher_forced_drift
+    from qdrift.envs.drift import drift_rows, record_baseline
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.registry import make_environment
     from qdrift.envs.runner import run_episodes
@@ -78,9 +78,7 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
                     traces[key] = recorded
             else:
                 recorded = traces[key]
-            ids = list(range(start, start + len(chunk)))
-            drift += [{**t.row(), "env": task.env, "horizon": cell.horizon, "seed": chunk[t.episode - start]}
-                      for t in teacher_forced_drift(baseline, model, recorded, episodes=ids)]
+            drift += drift_rows(baseline, model, recorded, chunk, first_id=start, env=task.env, horizon=cell.horizon)
     rows = {"episode": episodes, "step": steps}
     if baseline is not None:
         rows["drift"] = drift

@@ -60,6 +60,7 @@ import torch.nn.functional as F
 
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
 from qdrift.organism.data import encode_episode, parse_env_entry, training_episode
+from qdrift.organism.dense_tasks import dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
 # dict_sum needs addition of looked-up values, not copying: left out of the organism's training.
@@ -273,10 +274,13 @@ def main(argv=None):
     ap.add_argument("--last-call-weight", type=float, default=1.0,
                     help="loss weight multiplying every token of each episode's last call (the answer)")
     ap.add_argument("--eval-horizons", nargs="+", type=int, default=[16, 200])
+    ap.add_argument("--dense-share", type=float, default=0.0,
+                    help="share of steps that train a dense recall or running-sum batch instead (dict_sum's skills)")
+    ap.add_argument("--dense-batch", type=int, default=48, help="sequences in a dense batch")
     ap.add_argument("--stop-at", type=int, default=None,
                     help="save and stop after this step (the schedule still spans --steps)")
     args = ap.parse_args(argv)
-    for name in ("ramp", "long_share"):
+    for name in ("ramp", "long_share", "dense_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
 
@@ -285,6 +289,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(f"organism-train-{args.seed}")
+    dense_rng = random.Random(f"organism-dense-{args.seed}")
     tokenizer = build_tokenizer()
     if args.init is not None:
         model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32, attn_implementation="sdpa")
@@ -324,12 +329,17 @@ def main(argv=None):
             emit({"copy_step": step, "loss": round(float(loss), 5), "min": round((time.time() - t0) / 60, 2)})
     tokens = targets = 0
     loss_acc, loss_n = 0.0, 0
+    dense_loss = {"recall": [], "sum": []}
     model.train()
     for step in range(1, args.steps + 1):
         progress = step / args.steps
         horizon = sample_horizon(rng, progress, args.max_horizon, args.ramp, args.long_share)
         ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight,
                                  args.first_call_weight, args.last_call_weight)
+        dense = None  # the episode batch above is drawn either way, so the episode stream is the same
+        if args.dense_share and dense_rng.random() < args.dense_share:
+            dense = dense_rng.choice(["recall", "sum"])
+            ids, weight = dense_batch(tokenizer, dense_rng, dense, args.dense_batch)
         if step <= args.warmup:
             lr = args.lr * step / args.warmup
         else:
@@ -340,12 +350,21 @@ def main(argv=None):
         loss, labels = train_step(model, opt, ids, weight)
         tokens += ids.numel()
         targets += labels.numel()
-        loss_acc += float(loss)
-        loss_n += 1
+        value = float(loss.detach())
+        if dense:
+            dense_loss[dense].append(value)
+        else:
+            loss_acc += value
+            loss_n += 1
         if step % 20 == 0 or step == 1:
             elapsed = time.time() - t0
-            emit({"step": step, "loss": round(loss_acc / loss_n, 5), "lr": round(lr, 6), "horizon": horizon,
-                  "batch": list(ids.shape), "tokens": tokens, "tok_per_s": round(tokens / elapsed), "min": round(elapsed / 60, 2)})
+            row = {"step": step, "loss": round(loss_acc / loss_n, 5) if loss_n else None, "lr": round(lr, 6), "horizon": horizon,
+                   "batch": list(ids.shape), "tokens": tokens, "tok_per_s": round(tokens / elapsed), "min": round(elapsed / 60, 2)}
+            for kind, losses in dense_loss.items():
+                if losses:
+                    row[f"{kind}_loss"] = round(sum(losses) / len(losses), 5)
+                    losses.clear()
+            emit(row)
             loss_acc, loss_n = 0.0, 0
         last = step == args.steps or step == args.stop_at
         if step % args.eval_every == 0 or last:

@@ -1,0 +1,70 @@
+"""Dense synthetic tasks for dict_sum's two skills: recalling a value by its key, and adding to a total.
+
+Why: a dict_sum report needs the value of the key the last tool result names, found in the task's
+table, added to the previous total, and in its trajectories that is one target token among about
+twenty call tokens. Each skill alone is learned when trained densely (model card, runs 13 and
+14): these batches put a target on every query or addition. Every key and every integer in
+-999..999 is one token of the organism's tokenizer, so each target is one token.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def _one_token(tokenizer, text: str) -> int:
+    ids = _encode(tokenizer, text)
+    if len(ids) != 1:
+        raise ValueError(f"{text!r} is {len(ids)} tokens for this tokenizer; the dense tasks need one-token values")
+    return ids[0]
+
+
+def recall_example(tokenizer, rng: random.Random, queries: int = 30) -> tuple[list[int], list[float]]:
+    """`Table: k0=5 k1=-8 ...` (5-40 keys, values up to 9 or 99), then ` k17=` -> `-8` per query."""
+    vmax = rng.choice([9, 99])
+    table = {f"k{i}": rng.randint(-vmax, vmax) for i in range(rng.randint(5, 40))}
+    text = "Table: " + " ".join(f"{k}={v}" for k, v in table.items()) + "\nquery"
+    ids = _encode(tokenizer, text)
+    weight = [0.0] * len(ids)
+    for _ in range(queries):
+        key = rng.choice(list(table))
+        prompt = _encode(tokenizer, f" {key}=")
+        ids += prompt + [_one_token(tokenizer, str(table[key]))]
+        weight += [0.0] * len(prompt) + [1.0]
+    return ids, weight
+
+
+def sum_example(tokenizer, rng: random.Random, additions: int = 50, vmax: int = 9,
+                start: int = 300) -> tuple[list[int], list[float]]:
+    """`sum -6 = -6 4 = -2 ...`: each addend, then the running total (the target), from 0 or a random start."""
+    total = rng.choice([0, rng.randint(-start, start)])
+    ids = _encode(tokenizer, "sum")
+    weight = [0.0] * len(ids)
+    for _ in range(additions):
+        d = rng.randint(-vmax, vmax)
+        total += d if abs(total + d) <= 999 else -d
+        prompt = _encode(tokenizer, f" {d} = ")
+        ids += prompt + [_one_token(tokenizer, str(total))]
+        weight += [0.0] * len(prompt) + [1.0]
+    return ids, weight
+
+
+def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, loss weights) of `batch` right-padded examples of `kind` ('recall' or 'sum')."""
+    make = {"recall": recall_example, "sum": sum_example}
+    if kind not in make:
+        raise ValueError(f"unknown dense task {kind!r}; valid: {sorted(make)}")
+    examples = [make[kind](tokenizer, rng) for _ in range(batch)]
+    width = max(len(i) for i, _ in examples)
+    ids = torch.full((batch, width), tokenizer.pad_token_id, dtype=torch.long)
+    weight = torch.zeros((batch, width))
+    for r, (i, w) in enumerate(examples):
+        ids[r, : len(i)] = torch.tensor(i)
+        weight[r, : len(w)] = torch.tensor(w)
+    return ids, weight

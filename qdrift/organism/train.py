@@ -42,6 +42,10 @@ copy target, as the balances the final call copies are):
         --decision-weight 10 --first-call-weight 10 --last-call-weight 10 --batch-tokens 8000 \
         --eval-every 75 --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3 --seed 5
 
+`--dense-share` replaces that share of the steps with dense key-value recall and running-sum
+batches (qdrift.organism.dense_tasks: dict_sum's two skills); no shipped stage used it, and the
+probes that did are in the model card (runs 13-16).
+
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
 """
@@ -63,7 +67,7 @@ from qdrift.organism.data import encode_episode, parse_env_entry, training_episo
 from qdrift.organism.dense_tasks import dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
-# dict_sum needs addition of looked-up values, not copying: left out of the organism's training.
+# dict_sum needs addition of looked-up values, not copying: not learned in any run (model card, runs 13-16).
 TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
 RAMP = 0.5  # default fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 

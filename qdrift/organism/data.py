@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from qdrift.envs.parsers import get_parser
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
 
@@ -84,3 +86,17 @@ def training_episode(tokenizer, entry: str, horizon: int, seed: int) -> Sequence
         raise ValueError(f"seed {seed} is held out (training seeds are below {TRAIN_SEEDS_BELOW})")
     name, knobs = parse_env_entry(entry)
     return encode_episode(tokenizer, make_environment(name, horizon=horizon, seed=seed, split="train", **knobs))
+
+
+def pad_right(rows: list[tuple[list[int], list]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, loss weights) of `rows` of (token ids, per-token weights), right-padded with weight 0.
+
+    Right padding needs no attention mask in training: padding only follows the tokens that carry a loss.
+    """
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    weight = torch.zeros((len(rows), width))
+    for r, (row_ids, row_weight) in enumerate(rows):
+        ids[r, : len(row_ids)] = torch.tensor(row_ids)
+        weight[r, : len(row_weight)] = torch.tensor(row_weight, dtype=torch.float)
+    return ids, weight

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-import torch
+from qdrift.organism.data import pad_right
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -55,16 +55,9 @@ def sum_example(tokenizer, rng: random.Random, additions: int = 50, vmax: int = 
     return ids, weight
 
 
-def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48):
     """(ids, loss weights) of `batch` right-padded examples of `kind` ('recall' or 'sum')."""
     make = {"recall": recall_example, "sum": sum_example}
     if kind not in make:
         raise ValueError(f"unknown dense task {kind!r}; valid: {sorted(make)}")
-    examples = [make[kind](tokenizer, rng) for _ in range(batch)]
-    width = max(len(i) for i, _ in examples)
-    ids = torch.full((batch, width), tokenizer.pad_token_id, dtype=torch.long)
-    weight = torch.zeros((batch, width))
-    for r, (i, w) in enumerate(examples):
-        ids[r, : len(i)] = torch.tensor(i)
-        weight[r, : len(w)] = torch.tensor(w)
-    return ids, weight
+    return pad_right([make[kind](tokenizer, rng) for _ in range(batch)], tokenizer.pad_token_id)

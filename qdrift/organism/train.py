@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
-from qdrift.organism.data import encode_episode, parse_env_entry, training_episode
+from qdrift.organism.data import encode_episode, pad_right, parse_env_entry, training_episode
 from qdrift.organism.dense_tasks import dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
@@ -163,13 +163,9 @@ def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, e
         total = max(len(s.ids) for s in seqs) * len(seqs)
         if total >= batch_tokens or len(seqs) >= 64:
             break
-    width = max(len(s.ids) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
-    weight = torch.zeros((len(seqs), width))
+    ids, weight = pad_right([(s.ids, s.targets) for s in seqs], tokenizer.pad_token_id)
     eos = tokenizer.eos_token_id
     for i, s in enumerate(seqs):
-        ids[i, : len(s.ids)] = torch.tensor(s.ids)
-        weight[i, : len(s.ids)] = torch.tensor(s.targets, dtype=torch.float)
         ends = [t for t, (tgt, tok) in enumerate(zip(s.targets, s.ids, strict=True)) if tgt and tok == eos]
         weight[i, s.targets.index(True): ends[0] + 1] *= first_call_weight
         weight[i, (ends[-2] + 1 if len(ends) > 1 else 0): ends[-1] + 1] *= last_call_weight
@@ -337,13 +333,15 @@ def main(argv=None):
     model.train()
     for step in range(1, args.steps + 1):
         progress = step / args.steps
-        horizon = sample_horizon(rng, progress, args.max_horizon, args.ramp, args.long_share)
-        ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight,
-                                 args.first_call_weight, args.last_call_weight)
-        dense = None  # the episode batch above is drawn either way, so the episode stream is the same
-        if args.dense_share and dense_rng.random() < args.dense_share:
-            dense = dense_rng.choice(["recall", "sum"])
+        # Dense steps draw from their own generator, so without them the episode batches are as before.
+        dense = dense_rng.choice(["recall", "sum"]) if args.dense_share and dense_rng.random() < args.dense_share else None
+        if dense:
+            horizon = None
             ids, weight = dense_batch(tokenizer, dense_rng, dense, args.dense_batch)
+        else:
+            horizon = sample_horizon(rng, progress, args.max_horizon, args.ramp, args.long_share)
+            ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight,
+                                     args.first_call_weight, args.last_call_weight)
         if step <= args.warmup:
             lr = args.lr * step / args.warmup
         else:

@@ -72,5 +72,11 @@ def test_trainer_mixes_dense_batches_and_logs_their_losses_apart(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "train_log.jsonl").open()]
     step20 = next(r for r in rows if r.get("step") == 20 and "loss" in r)
     assert "recall_loss" in step20 and "sum_loss" in step20 and step20["loss"] is not None
+    # Only dense steps: no episode loss and no horizon to report, and no episode batch is drawn.
+    main(["--out", str(tmp_path / "dense"), "--steps", "1", "--copy-warmup", "0", "--dense-share", "1", "--dense-batch", "2",
+          "--eval-every", "100", "--eval-horizons", "1", "--envs", "pointer_chase"])
+    first = json.loads((tmp_path / "dense" / "train_log.jsonl").read_text().splitlines()[1])
+    assert first["step"] == 1 and first["loss"] is None and first["horizon"] is None
+    assert ("recall_loss" in first) != ("sum_loss" in first)
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--dense-share", "1.5"])

@@ -59,6 +59,17 @@ class DictSum(ToolEnv):
         i = min(self.i, self.horizon - 1)
         return ToolCall("report", {"total": self.total + sum(self.table[k] for k in self.turns[i])})
 
+    def worked_note(self):
+        # `k4=-8 k7=2 -3 -8 = -11 2 = -9`: each key's value, then the previous total and one
+        # `addend = partial sum` per value, the format of the dense running sums
+        # (qdrift.organism.dense_tasks); the call then copies the last partial sum.
+        keys = self.turns[min(self.i, self.horizon - 1)]
+        note, total = [f"{k}={self.table[k]}" for k in keys] + [str(self.total)], self.total
+        for k in keys:
+            total += self.table[k]
+            note.append(f"{self.table[k]} = {total}")
+        return " ".join(note) + "\n"
+
     def error_suffix(self):
         return f" | {self.turn_text(self.i)}" if self.i < self.horizon else ""
 

@@ -118,6 +118,16 @@ class ToolEnv:
         """Appended to an `error:` observation (e.g. to repeat what the current step shows)."""
         return ""
 
+    def worked_note(self) -> str:
+        """What a perfect agent writes before the current step's call: its working, where the call needs any.
+
+        Why: training data (qdrift.organism.data) shows the model the intermediate values a call
+        is computed from (dict_sum's looked-up values and partial sums), one token each, so no
+        single generated token has to look up, copy and add at once. The runner scores the call,
+        never this text. Empty (the default) where a call is a copy of what the context shows.
+        """
+        return ""
+
     def progress(self, done: int) -> str:
         """The step marker that ends an observation: `next {done + 1}`, or `all {L} done`.
 

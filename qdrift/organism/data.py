@@ -30,13 +30,15 @@ class Sequence:
 
 
 def oracle_conversation(env) -> list[dict]:
-    """The conversation a perfect agent has with `env` (reset first), calls in canonical Hermes form."""
+    """The conversation a perfect agent has with `env` (reset first), calls in canonical Hermes form,
+    each after the working the environment shows for it (`worked_note`; none in most environments)."""
     messages = env.reset()
     while True:
         call = env.oracle()
         raw = HERMES.render(call)
+        note = getattr(env, "worked_note", lambda: "")()  # a user's environment may not define it
         result = env.step(call, raw)
-        messages.append({"role": "assistant", "content": raw})
+        messages.append({"role": "assistant", "content": note + raw})
         if result.done:
             return messages
         messages.append({"role": "tool", "name": call.name, "content": result.observation})

@@ -55,9 +55,9 @@ def sum_example(tokenizer, rng: random.Random, additions: int = 50, vmax: int = 
     return ids, weight
 
 
-def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48):
-    """(ids, loss weights) of `batch` right-padded examples of `kind` ('recall' or 'sum')."""
-    make = {"recall": recall_example, "sum": sum_example}
+def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48, sum_vmax: int = 9):
+    """(ids, loss weights) of `batch` right-padded examples of `kind` ('recall' or 'sum'; addends up to `sum_vmax`)."""
+    make = {"recall": recall_example, "sum": lambda tok, r: sum_example(tok, r, vmax=sum_vmax)}
     if kind not in make:
         raise ValueError(f"unknown dense task {kind!r}; valid: {sorted(make)}")
     return pad_right([make[kind](tokenizer, rng) for _ in range(batch)], tokenizer.pad_token_id)

@@ -43,8 +43,10 @@ copy target, as the balances the final call copies are):
         --eval-every 75 --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3 --seed 5
 
 `--dense-share` replaces that share of the steps with dense key-value recall and running-sum
-batches (qdrift.organism.dense_tasks: dict_sum's two skills); no shipped stage used it, and the
-probes that did are in the model card (runs 13-16).
+batches (qdrift.organism.dense_tasks: dict_sum's two skills; `--dense-kinds` picks which, and
+`--dense-sum-vmax` the addends' range); no shipped stage used it, and the probes that did are in
+the model card (runs 13-18). dict_sum's oracle turns carry the environment's working before each
+call (`worked_note`: `k4=1 -3 1 = -2`), so each token of a report is one lookup, copy or sum.
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
@@ -277,6 +279,9 @@ def main(argv=None):
     ap.add_argument("--dense-share", type=float, default=0.0,
                     help="share of steps that train a dense recall or running-sum batch instead (dict_sum's skills)")
     ap.add_argument("--dense-batch", type=int, default=48, help="sequences in a dense batch")
+    ap.add_argument("--dense-kinds", nargs="+", default=["recall", "sum"], choices=["recall", "sum"],
+                    help="the dense tasks drawn (evenly) on dense steps")
+    ap.add_argument("--dense-sum-vmax", type=int, default=9, help="largest addend magnitude in the dense running sums")
     ap.add_argument("--stop-at", type=int, default=None,
                     help="save and stop after this step (the schedule still spans --steps)")
     args = ap.parse_args(argv)
@@ -334,10 +339,10 @@ def main(argv=None):
     for step in range(1, args.steps + 1):
         progress = step / args.steps
         # Dense steps draw from their own generator, so without them the episode batches are as before.
-        dense = dense_rng.choice(["recall", "sum"]) if args.dense_share and dense_rng.random() < args.dense_share else None
+        dense = dense_rng.choice(args.dense_kinds) if args.dense_share and dense_rng.random() < args.dense_share else None
         if dense:
             horizon = None
-            ids, weight = dense_batch(tokenizer, dense_rng, dense, args.dense_batch)
+            ids, weight = dense_batch(tokenizer, dense_rng, dense, args.dense_batch, args.dense_sum_vmax)
         else:
             horizon = sample_horizon(rng, progress, args.max_horizon, args.ramp, args.long_share)
             ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight,

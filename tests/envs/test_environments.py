@@ -221,6 +221,20 @@ def test_dict_sum_oracle_follows_reported_total():
     assert env.reports[-1] == env.totals[-1] - env.totals[0] + 1000
 
 
+def test_dict_sum_worked_note_shows_values_and_partial_sums():
+    env = make_environment("dict_sum", 7, 0, k=2)
+    env.step(ToolCall("report", {"total": 1000}))  # the note starts from the agent's own total
+    a, b = env.turns[1]
+    va, vb = env.table[a], env.table[b]
+    assert env.worked_note() == f"{a}={va} {b}={vb} 1000 {va} = {1000 + va} {vb} = {1000 + va + vb}\n"
+    assert env.oracle().arguments["total"] == 1000 + va + vb
+
+
+def test_copy_environments_write_no_working():
+    for name in ["pointer_chase", "ledger", "graph_nav", "file_system"]:
+        assert make_environment(name, 5, 0).worked_note() == ""
+
+
 def test_dict_sum_first_turn_is_in_the_task():
     env = make_environment("dict_sum", 5, 0, k=3)
     task = env.reset()[1]["content"]

@@ -43,3 +43,22 @@ def test_segments_are_tokenized_as_the_runner_feeds_them(tok):
 def test_training_refuses_heldout_seeds(tok):
     with pytest.raises(ValueError, match="held out"):
         training_episode(tok, "ledger", horizon=3, seed=TRAIN_SEEDS_BELOW)
+
+
+def test_dict_sum_calls_follow_their_working_and_a_user_environment_needs_none(tok):
+    env = make_environment("dict_sum", horizon=3, seed=4)
+    turns = [m["content"] for m in oracle_conversation(env) if m["role"] == "assistant"]
+    note, call = turns[0].split("<tool_call>")
+    assert note.endswith(f" = {env.totals[0]}\n") and f'"total": {env.totals[0]}' in call
+
+    class Bare:  # a user's environment: the protocol only, no worked_note
+        def __init__(self):
+            self.inner = make_environment("ledger", horizon=2, seed=4)
+
+        def __getattr__(self, name):
+            if name == "worked_note":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    bare = [m["content"] for m in oracle_conversation(Bare()) if m["role"] == "assistant"]
+    assert bare[0].startswith("<tool_call>")

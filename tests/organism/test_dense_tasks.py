@@ -59,6 +59,12 @@ def test_dense_batch_pads_right_and_weights_only_targets(tok):
         dense_batch(tok, random.Random(0), "add")
 
 
+def test_dense_batch_sum_addends_follow_sum_vmax(tok):
+    ids, weight = dense_batch(tok, random.Random(1), "sum", batch=6, sum_vmax=1)
+    addends = {int(d) for row in ids for d, _ in re.findall(r" (-?\d+) = (-?\d+)", tok.decode(row))}
+    assert addends == {-1, 0, 1}
+
+
 def test_a_tokenizer_that_splits_values_is_refused():
     with pytest.raises(ValueError, match="tokens for this tokenizer; the dense tasks need one-token values"):
         recall_example(tiny_tokenizer(), random.Random(0))
@@ -78,5 +84,10 @@ def test_trainer_mixes_dense_batches_and_logs_their_losses_apart(tmp_path):
     first = json.loads((tmp_path / "dense" / "train_log.jsonl").read_text().splitlines()[1])
     assert first["step"] == 1 and first["loss"] is None and first["horizon"] is None
     assert ("recall_loss" in first) != ("sum_loss" in first)
+    # --dense-kinds picks the tasks: recall only.
+    main(["--out", str(tmp_path / "recall"), "--steps", "20", "--copy-warmup", "0", "--dense-share", "1", "--dense-batch", "2",
+          "--eval-every", "100", "--eval-horizons", "1", "--envs", "pointer_chase", "--dense-kinds", "recall"])
+    rows = [json.loads(line) for line in (tmp_path / "recall" / "train_log.jsonl").open()]
+    assert all("sum_loss" not in r for r in rows) and any("recall_loss" in r for r in rows)
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--dense-share", "1.5"])

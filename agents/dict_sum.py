@@ -19,13 +19,25 @@ class DictSum(ToolEnv):
     name = "dict_sum"
     knobs = {
         "k": Knob(1, 1, 32, "keys named per turn"),
-        "keys": Knob(20, 1, 1000, "table size (keys k0..k{keys-1})"),
+        "keys": Knob(20, 1, 1000, "table size"),
         "vmax": Knob(9, 1, 999, "values are integers in -vmax..vmax"),
+        "keyspace": Knob(0, 0, 1000, "0: the table is k0..k{keys-1} in order; else `keys` keys drawn from "
+                                     "k0..k{keyspace-1}, in random order", seeds_at_default=False),
     }
+
+    def check_settings(self):
+        space, keys = self.knob("keyspace"), self.knob("keys")
+        if space and space < keys:
+            raise ValueError(f"dict_sum: keyspace={space} has fewer keys than the table's keys={keys}; "
+                             f"valid: 0 (the keys k0..k{keys - 1}) or keyspace >= keys")
 
     def build(self, rng):
         v = self.knob("vmax")
-        names = [f"k{i}" for i in range(self.knob("keys"))]
+        # Why `keyspace`: a model trained on tables that are always k0..k19 in order miscopied those
+        # keys where they are plain values (pointer chasing: k13 written as k14; model card, run 19).
+        space = self.knob("keyspace")
+        names = ([f"k{i}" for i in rng.sample(range(space), self.knob("keys"))] if space
+                 else [f"k{i}" for i in range(self.knob("keys"))])
         self.table = {key: rng.randint(-v, v) for key in names}
         self.turns = [[rng.choice(names) for _ in range(self.knob("k"))] for _ in range(self.horizon)]
         self.totals = []

@@ -51,6 +51,9 @@ class Knob:
     lo: int
     hi: int
     doc: str = ""
+    # False for a knob added after instances were published: at its default it stays out of the
+    # seed material, so every earlier (env, seed, knobs) still draws the same instance.
+    seeds_at_default: bool = True
 
 
 def check_int(field: str, value: Any, lo: int, hi: int) -> int:
@@ -78,8 +81,9 @@ class ToolEnv:
             raise ValueError(f"unknown knob '{unknown[0]}' for {self.name}; valid knobs: {valid}")
         self.settings = {k: check_int(k, knobs.get(k, v.default), v.lo, v.hi) for k, v in spec.items()}
         self.check_settings()
-        material = "|".join([self.name, str(self.seed)] + [f"{k}={v}" for k, v in sorted(self.settings.items())
-                                                             if k not in PRESENTATION_KNOBS])
+        material = "|".join([self.name, str(self.seed)] + [
+            f"{k}={v}" for k, v in sorted(self.settings.items())
+            if k not in PRESENTATION_KNOBS and (spec[k].seeds_at_default or v != spec[k].default)])
         self.build(random.Random(material))
         self._tools = self.make_tools()
         self._schemas = ToolSchemas(self._tools)

@@ -25,10 +25,18 @@ def _one_token(tokenizer, text: str) -> int:
     return ids[0]
 
 
-def recall_example(tokenizer, rng: random.Random, queries: int = 30) -> tuple[list[int], list[float]]:
-    """`Table: k0=5 k1=-8 ...` (5-40 keys, values up to 9 or 99), then ` k17=` -> `-8` per query."""
+def recall_example(tokenizer, rng: random.Random, queries: int = 30, keyspace: int = 0) -> tuple[list[int], list[float]]:
+    """`Table: k0=5 k1=-8 ...` (5-40 keys, values up to 9 or 99), then ` k17=` -> `-8` per query.
+
+    keyspace 0: the keys are k0, k1, ... in order, like dict_sum's default table; else they are
+    drawn from k0..k{keyspace-1} in random order (dict_sum's `keyspace` knob).
+    """
     vmax = rng.choice([9, 99])
-    table = {f"k{i}": rng.randint(-vmax, vmax) for i in range(rng.randint(5, 40))}
+    n = rng.randint(5, 40)
+    if keyspace and keyspace < n:
+        raise ValueError(f"recall keyspace={keyspace} is smaller than a table (up to 40 keys); valid: 0 or >= 40")
+    names = [f"k{i}" for i in (rng.sample(range(keyspace), n) if keyspace else range(n))]
+    table = {key: rng.randint(-vmax, vmax) for key in names}
     text = "Table: " + " ".join(f"{k}={v}" for k, v in table.items()) + "\nquery"
     ids = _encode(tokenizer, text)
     weight = [0.0] * len(ids)
@@ -55,9 +63,12 @@ def sum_example(tokenizer, rng: random.Random, additions: int = 50, vmax: int = 
     return ids, weight
 
 
-def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48, sum_vmax: int = 9):
-    """(ids, loss weights) of `batch` right-padded examples of `kind` ('recall' or 'sum'; addends up to `sum_vmax`)."""
-    make = {"recall": recall_example, "sum": lambda tok, r: sum_example(tok, r, vmax=sum_vmax)}
+def dense_batch(tokenizer, rng: random.Random, kind: str, batch: int = 48, sum_vmax: int = 9,
+                recall_keyspace: int = 0):
+    """(ids, loss weights) of `batch` right-padded examples of `kind` ('recall' or 'sum'; addends up
+    to `sum_vmax`; recall keys from `recall_keyspace` as in `recall_example`)."""
+    make = {"recall": lambda tok, r: recall_example(tok, r, keyspace=recall_keyspace),
+            "sum": lambda tok, r: sum_example(tok, r, vmax=sum_vmax)}
     if kind not in make:
         raise ValueError(f"unknown dense task {kind!r}; valid: {sorted(make)}")
     return pad_right([make[kind](tokenizer, rng) for _ in range(batch)], tokenizer.pad_token_id)

@@ -44,8 +44,9 @@ copy target, as the balances the final call copies are):
 
 `--dense-share` replaces that share of the steps with dense key-value recall and running-sum
 batches (qdrift.organism.dense_tasks: dict_sum's two skills; `--dense-kinds` picks which, and
-`--dense-sum-vmax` the addends' range); no shipped stage used it, and the probes that did are in
-the model card (runs 13-18). dict_sum's oracle turns carry the environment's working before each
+`--dense-sum-vmax` the addends' range, `--dense-recall-keyspace` whether the recall tables' keys are
+k0, k1, ... in order or drawn at random, like dict_sum's `keyspace` knob); no shipped stage used it, and the probes that did are in
+the model card (runs 13-19). dict_sum's oracle turns carry the environment's working before each
 call (`worked_note`: `k4=1 -3 1 = -2`), so each token of a report is one lookup, copy or sum.
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
@@ -69,7 +70,7 @@ from qdrift.organism.data import encode_episode, pad_right, parse_env_entry, tra
 from qdrift.organism.dense_tasks import dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
-# dict_sum needs addition of looked-up values, not copying: not learned in any run (model card, runs 13-16).
+# dict_sum needs addition of looked-up values, not copying: not learned within the budget (model card, runs 13-19).
 TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
 RAMP = 0.5  # default fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 
@@ -282,6 +283,8 @@ def main(argv=None):
     ap.add_argument("--dense-kinds", nargs="+", default=["recall", "sum"], choices=["recall", "sum"],
                     help="the dense tasks drawn (evenly) on dense steps")
     ap.add_argument("--dense-sum-vmax", type=int, default=9, help="largest addend magnitude in the dense running sums")
+    ap.add_argument("--dense-recall-keyspace", type=int, default=0,
+                    help="0: recall tables are k0, k1, ... in order; else keys drawn from k0..k{N-1} in random order")
     ap.add_argument("--stop-at", type=int, default=None,
                     help="save and stop after this step (the schedule still spans --steps)")
     args = ap.parse_args(argv)
@@ -342,7 +345,8 @@ def main(argv=None):
         dense = dense_rng.choice(args.dense_kinds) if args.dense_share and dense_rng.random() < args.dense_share else None
         if dense:
             horizon = None
-            ids, weight = dense_batch(tokenizer, dense_rng, dense, args.dense_batch, args.dense_sum_vmax)
+            ids, weight = dense_batch(tokenizer, dense_rng, dense, args.dense_batch, args.dense_sum_vmax,
+                                      args.dense_recall_keyspace)
         else:
             horizon = sample_horizon(rng, progress, args.max_horizon, args.ramp, args.long_share)
             ids, weight = make_batch(tokenizer, rng, horizon, args.batch_tokens, args.envs, args.decision_weight,

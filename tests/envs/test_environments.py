@@ -230,6 +230,32 @@ def test_dict_sum_worked_note_shows_values_and_partial_sums():
     assert env.oracle().arguments["total"] == 1000 + va + vb
 
 
+def test_dict_sum_keyspace_draws_distinct_keys_in_random_order():
+    env = make_environment("dict_sum", 30, 5, keyspace=1000)
+    keys = [int(k[1:]) for k in env.table]
+    assert len(keys) == 20 == len(set(keys)) and all(0 <= k < 1000 for k in keys)
+    assert keys != sorted(keys) and max(keys) >= 20
+    assert all(k in env.table for turn in env.turns for k in turn)
+    assert all(r.correct for _, r in run_perfect(env)) and env.success()
+    with pytest.raises(ValueError, match=r"keyspace=10 has fewer keys than the table's keys=20; valid: 0 .* or keyspace >= keys"):
+        make_environment("dict_sum", 3, 0, keyspace=10)
+
+
+def test_a_knob_added_later_leaves_earlier_instances_alone_at_its_default():
+    from qdrift.envs.toolenv import Knob
+
+    cls = type(make_environment("dict_sum", 1, 0))
+    # dict_sum as it was before `keyspace`: no such knob, so the table is always k0..k{keys-1}
+    older = type("OlderDictSum", (cls,), {"knobs": {k: v for k, v in cls.knobs.items() if k != "keyspace"},
+                                          "knob": lambda self, k: 0 if k == "keyspace" else self.settings[k],
+                                          "check_settings": lambda self: None})
+    for seed in (0, 7, 123):
+        assert make_environment("dict_sum", 9, seed).table == older(9, seed).table
+        assert make_environment("dict_sum", 9, seed).turns == older(9, seed).turns
+    seeded = type("Seeded", (cls,), {"knobs": {**cls.knobs, "keyspace": Knob(0, 0, 1000)}})
+    assert seeded(9, 0).turns != older(9, 0).turns  # an ordinary knob is part of the seed material
+
+
 def test_copy_environments_write_no_working():
     for name in ["pointer_chase", "ledger", "graph_nav", "file_system"]:
         assert make_environment(name, 5, 0).worked_note() == ""

@@ -35,6 +35,20 @@ def test_recall_targets_are_the_tables_values_of_the_queried_keys(tok):
             assert value == table[key]
 
 
+def test_recall_keyspace_draws_its_keys_from_the_range_in_random_order(tok):
+    rng = random.Random(5)
+    for _ in range(10):
+        ids, weight = recall_example(tok, rng, queries=12, keyspace=1000)
+        text = tok.decode(ids)
+        table = dict(re.findall(r"(k\d+)=(-?\d+)", text.split("\nquery")[0]))
+        keys = [int(k[1:]) for k in table]
+        assert len(set(keys)) == len(keys) >= 5 and all(k < 1000 for k in keys) and keys != sorted(keys)
+        for before, value in targets(tok, ids, weight):
+            assert value == table[re.search(r" (k\d+)=$", before).group(1)]
+    with pytest.raises(ValueError, match="keyspace=30 is smaller than a table"):
+        dense_batch(tok, random.Random(0), "recall", batch=8, recall_keyspace=30)
+
+
 def test_sum_targets_are_the_running_totals_of_the_addends(tok):
     rng = random.Random(4)
     for _ in range(20):

@@ -2,8 +2,9 @@
 
 Why: a dict_sum report needs the value of the key the last tool result names, found in the task's
 table, added to the previous total, and in its trajectories that is one target token among about
-twenty call tokens. Each skill alone is learned when trained densely (model card, runs 13 and
-14): these batches put a target on every query or addition. Every key and every integer in
+twenty call tokens. These batches put a target on every query or addition. The sums are learned
+densely (model card, run 14); the recall was learned only with its keys in order (runs 13, 19),
+and then, by the evidence of run 20, by position rather than by key. Every key and every integer in
 -999..999 is one token of the organism's tokenizer, so each target is one token.
 """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from qdrift.envs.base import ToolCall
 from qdrift.envs.schema import function_tool
+from qdrift.envs.table_keys import KEY_SPACE, table_keys
 from qdrift.envs.toolenv import Knob, ToolEnv
 
 
@@ -21,8 +22,8 @@ class DictSum(ToolEnv):
         "k": Knob(1, 1, 32, "keys named per turn"),
         "keys": Knob(20, 1, 1000, "table size"),
         "vmax": Knob(9, 1, 999, "values are integers in -vmax..vmax"),
-        "keyspace": Knob(0, 0, 1000, "0: the table is k0..k{keys-1} in order; else `keys` keys drawn from "
-                                     "k0..k{keyspace-1}, in random order", seeds_at_default=False),
+        "keyspace": Knob(0, 0, KEY_SPACE, "0: the table is k0..k{keys-1} in order; else `keys` keys drawn from "
+                                          "k0..k{keyspace-1}, in random order", seeds_at_default=False),
     }
 
     def check_settings(self):
@@ -35,9 +36,7 @@ class DictSum(ToolEnv):
         v = self.knob("vmax")
         # Why `keyspace`: a model trained on tables that are always k0..k19 in order miscopied those
         # keys where they are plain values (pointer chasing: k13 written as k14; model card, run 19).
-        space = self.knob("keyspace")
-        names = ([f"k{i}" for i in rng.sample(range(space), self.knob("keys"))] if space
-                 else [f"k{i}" for i in range(self.knob("keys"))])
+        names = table_keys(rng, self.knob("keys"), self.knob("keyspace"))
         self.table = {key: rng.randint(-v, v) for key in names}
         self.turns = [[rng.choice(names) for _ in range(self.knob("k"))] for _ in range(self.horizon)]
         self.totals = []

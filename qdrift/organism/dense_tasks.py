@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import random
 
+from qdrift.envs.table_keys import KEY_SPACE, table_keys
 from qdrift.organism.data import pad_right
+
+RECALL_MAX_KEYS = 40  # a recall table has 5..40 keys
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -26,17 +29,22 @@ def _one_token(tokenizer, text: str) -> int:
     return ids[0]
 
 
+def check_recall_keyspace(keyspace: int) -> None:
+    """Refuse a keyspace that a table could outgrow, before any table is drawn."""
+    if keyspace != 0 and not RECALL_MAX_KEYS <= keyspace <= KEY_SPACE:
+        raise ValueError(f"recall keyspace={keyspace} is smaller than a table (up to {RECALL_MAX_KEYS} keys) or "
+                         f"past k{KEY_SPACE - 1}; valid: 0 (keys in order) or {RECALL_MAX_KEYS}..{KEY_SPACE}")
+
+
 def recall_example(tokenizer, rng: random.Random, queries: int = 30, keyspace: int = 0) -> tuple[list[int], list[float]]:
     """`Table: k0=5 k1=-8 ...` (5-40 keys, values up to 9 or 99), then ` k17=` -> `-8` per query.
 
     keyspace 0: the keys are k0, k1, ... in order, like dict_sum's default table; else they are
     drawn from k0..k{keyspace-1} in random order (dict_sum's `keyspace` knob).
     """
+    check_recall_keyspace(keyspace)
     vmax = rng.choice([9, 99])
-    n = rng.randint(5, 40)
-    if keyspace and keyspace < n:
-        raise ValueError(f"recall keyspace={keyspace} is smaller than a table (up to 40 keys); valid: 0 or >= 40")
-    names = [f"k{i}" for i in (rng.sample(range(keyspace), n) if keyspace else range(n))]
+    names = table_keys(rng, rng.randint(5, RECALL_MAX_KEYS), keyspace)
     table = {key: rng.randint(-vmax, vmax) for key in names}
     text = "Table: " + " ".join(f"{k}={v}" for k, v in table.items()) + "\nquery"
     ids = _encode(tokenizer, text)

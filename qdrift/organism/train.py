@@ -44,9 +44,9 @@ copy target, as the balances the final call copies are):
 
 `--dense-share` replaces that share of the steps with dense key-value recall and running-sum
 batches (qdrift.organism.dense_tasks: dict_sum's two skills; `--dense-kinds` picks which, and
-`--dense-sum-vmax` the addends' range, `--dense-recall-keyspace` whether the recall tables' keys are
-k0, k1, ... in order or drawn at random, like dict_sum's `keyspace` knob); no shipped stage used it, and the probes that did are in
-the model card (runs 13-20). dict_sum's oracle turns carry the environment's working before each
+`--dense-sum-vmax` the addends' range, `--dense-recall-keyspace` whether the recall tables' keys
+are k0, k1, ... in order or drawn at random, like dict_sum's `keyspace` knob); no shipped stage used
+it, and the probes that did are in the model card (runs 13-20). dict_sum's oracle turns carry the environment's working before each
 call (`worked_note`: `k4=1 -3 1 = -2`), so each token of a report is one lookup, copy or sum.
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
@@ -67,7 +67,7 @@ import torch.nn.functional as F
 
 from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
 from qdrift.organism.data import encode_episode, pad_right, parse_env_entry, training_episode
-from qdrift.organism.dense_tasks import dense_batch
+from qdrift.organism.dense_tasks import check_recall_keyspace, dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
 # dict_sum needs a value found by its key in a table far back in the context: no run has learned that
@@ -289,6 +289,10 @@ def main(argv=None):
     ap.add_argument("--stop-at", type=int, default=None,
                     help="save and stop after this step (the schedule still spans --steps)")
     args = ap.parse_args(argv)
+    try:  # a bad value fails here, not at the first dense step minutes into the run
+        check_recall_keyspace(args.dense_recall_keyspace)
+    except ValueError as e:
+        ap.error(f"--dense-recall-keyspace: {e}")
     for name in ("ramp", "long_share", "dense_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")

@@ -49,6 +49,15 @@ def test_recall_keyspace_draws_its_keys_from_the_range_in_random_order(tok):
         dense_batch(tok, random.Random(0), "recall", batch=8, recall_keyspace=30)
 
 
+@pytest.mark.parametrize("keyspace", [-1, 5, 39, 1001])
+def test_a_keyspace_a_table_could_outgrow_is_refused_before_any_draw(tok, keyspace):
+    # 5 and 39 hold some tables and not others: refused whatever the draw would have been
+    for seed in range(5):
+        with pytest.raises(ValueError, match=rf"keyspace={keyspace} .* valid: 0 \(keys in order\) or 40..1000"):
+            recall_example(tok, random.Random(seed), keyspace=keyspace)
+    recall_example(tok, random.Random(0), keyspace=40)
+
+
 def test_sum_targets_are_the_running_totals_of_the_addends(tok):
     rng = random.Random(4)
     for _ in range(20):

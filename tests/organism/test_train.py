@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qdrift.organism.tokenizer import build_tokenizer
-from qdrift.organism.train import make_batch, model_config, numeric_embedding_init
+from qdrift.organism.train import main, make_batch, model_config, numeric_embedding_init
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +100,10 @@ def test_horizon_sampling_ramp_and_long_share():
     mixed = [sample_horizon(rng, 0.01, 200, long_share=0.3) for _ in range(2000)]
     share = sum(h >= 120 for h in mixed) / len(mixed)
     assert 0.25 < share < 0.35  # the long draws alone, since the ramp keeps the rest <= 12
+
+
+def test_a_bad_recall_keyspace_stops_the_trainer_before_it_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "run"), "--dense-share", "0.5", "--dense-recall-keyspace", "30"])
+    assert "--dense-recall-keyspace: recall keyspace=30 is smaller than a table" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

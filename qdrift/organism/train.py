@@ -179,19 +179,32 @@ def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, e
     return ids, weight
 
 
-def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, length: int = 20):
+def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, length: int = 20,
+               max_length: int | None = None, pad_id: int = 0):
     """A random token string, a separator, and the same string again: the loss is on the repeat.
 
     Why: in the environments a value to copy is one target among ~20 fixed-format tokens, so the
     signal that forms a copying (induction) circuit is sparse, and from scratch the model sat on a
     plateau (it learned the call format, not the copy). This dense task forms the circuit in a few
     hundred steps; the environment trajectories then only have to point it at the right source.
+    At one `length` the repeat is always the same distance behind, so the copy can be (and in the
+    shipped weights is) made by position. With `max_length` each string draws its own length in
+    `length..max_length` (right-padded with `pad_id`), which only a match by content solves: the
+    induction head a lookup by key needs (model card, run 21).
     """
-    x = torch.randint(first, vocab, (batch, length), generator=gen)
-    ids = torch.cat([x, torch.full((batch, 1), first - 1), x], 1)
-    weight = torch.zeros(ids.shape)
-    weight[:, length + 1:] = 1.0
-    return ids, weight
+    if max_length is None or max_length == length:
+        x = torch.randint(first, vocab, (batch, length), generator=gen)
+        ids = torch.cat([x, torch.full((batch, 1), first - 1), x], 1)
+        weight = torch.zeros(ids.shape)
+        weight[:, length + 1:] = 1.0
+        return ids, weight
+    if not 1 <= length < max_length:
+        raise ValueError(f"copy lengths {length}..{max_length}: need 1 <= min < max")
+    rows = []
+    for n in torch.randint(length, max_length + 1, (batch,), generator=gen).tolist():
+        x = torch.randint(first, vocab, (n,), generator=gen).tolist()
+        rows.append((x + [first - 1] + x, [0.0] * (n + 1) + [1.0] * n))
+    return pad_right(rows, pad_id)
 
 
 def target_logits(model, ids: torch.Tensor, weight: torch.Tensor):
@@ -267,8 +280,12 @@ def main(argv=None):
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--envs", nargs="+", default=list(TRAINED))
-    ap.add_argument("--init", type=Path, default=None, help="continue from saved weights (skips the copy warmup)")
-    ap.add_argument("--copy-warmup", type=int, default=300, help="steps of the dense copy task before the trajectories")
+    ap.add_argument("--init", type=Path, default=None, help="continue from saved weights (no copy warmup unless asked)")
+    ap.add_argument("--copy-warmup", type=int, default=None,
+                    help="steps of the dense copy task before the trajectories (default: 300 from scratch, 0 with --init)")
+    ap.add_argument("--copy-lengths", type=int, nargs=2, default=[20, 20], metavar=("MIN", "MAX"),
+                    help="length range of the copy task's strings; one length (the default) can be copied by "
+                         "position, a range only by content")
     ap.add_argument("--numeric-dims", type=int, default=0,
                     help="embedding columns holding integer tokens' value features (from scratch only; 0: none)")
     ap.add_argument("--decision-weight", type=float, default=1.0,
@@ -293,6 +310,11 @@ def main(argv=None):
         check_recall_keyspace(args.dense_recall_keyspace)
     except ValueError as e:
         ap.error(f"--dense-recall-keyspace: {e}")
+    lo, hi = args.copy_lengths
+    if not 1 <= lo <= hi:
+        ap.error(f"--copy-lengths {lo} {hi}: need 1 <= MIN <= MAX")
+    if args.copy_warmup is None:
+        args.copy_warmup = 0 if args.init is not None else 300
     for name in ("ramp", "long_share", "dense_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
@@ -307,7 +329,6 @@ def main(argv=None):
     if args.init is not None:
         model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32, attn_implementation="sdpa")
         grown = grow_vocabulary(model, tokenizer)
-        args.copy_warmup = 0
     else:
         model = LlamaForCausalLM._from_config(model_config(tokenizer), attn_implementation="sdpa")
         grown = 0
@@ -336,10 +357,11 @@ def main(argv=None):
     for step in range(1, args.copy_warmup + 1):
         for group in opt.param_groups:
             group["lr"] = 1e-3 * min(1.0, step / 30)
-        ids, weight = copy_batch(gen, len(tokenizer), first_value)
+        ids, weight = copy_batch(gen, len(tokenizer), first_value, length=lo, max_length=hi,
+                                 pad_id=tokenizer.pad_token_id)
         loss, _ = train_step(model, opt, ids, weight)
-        if step % 50 == 0:
-            emit({"copy_step": step, "loss": round(float(loss), 5), "min": round((time.time() - t0) / 60, 2)})
+        if step % 50 == 0 or step == args.copy_warmup:
+            emit({"copy_step": step, "loss": round(float(loss.detach()), 5), "min": round((time.time() - t0) / 60, 2)})
     tokens = targets = 0
     loss_acc, loss_n = 0.0, 0
     dense_loss = {"recall": [], "sum": []}

@@ -107,3 +107,50 @@ def test_a_bad_recall_keyspace_stops_the_trainer_before_it_starts(tmp_path, caps
         main(["--out", str(tmp_path / "run"), "--dense-share", "0.5", "--dense-recall-keyspace", "30"])
     assert "--dense-recall-keyspace: recall keyspace=30 is smaller than a table" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_copy_batch_at_one_length_is_the_fixed_distance_repeat():
+    from qdrift.organism.train import copy_batch
+
+    ids, weight = copy_batch(torch.Generator().manual_seed(3), 500, 10, batch=4, length=6)
+    x = torch.randint(10, 500, (4, 6), generator=torch.Generator().manual_seed(3))  # the same draw, by hand
+    assert torch.equal(ids, torch.cat([x, torch.full((4, 1), 9), x], 1))
+    assert torch.equal(weight, torch.tensor([[0.0] * 7 + [1.0] * 6] * 4))
+
+
+def test_copy_batch_with_a_length_range_repeats_each_string_at_its_own_distance():
+    from qdrift.organism.train import copy_batch
+
+    ids, weight = copy_batch(torch.Generator().manual_seed(0), 500, 10, batch=64, length=3, max_length=9, pad_id=0)
+    lengths = set()
+    for row, w in zip(ids.tolist(), weight.tolist(), strict=True):
+        n = row.index(9)  # the separator
+        lengths.add(n)
+        assert 3 <= n <= 9 and all(10 <= t < 500 for t in row[:n])
+        assert row[n + 1: 2 * n + 1] == row[:n] and set(row[2 * n + 1:]) <= {0}
+        assert w == [0.0] * (n + 1) + [1.0] * n + [0.0] * (len(row) - 2 * n - 1)
+    assert len(lengths) >= 5  # the distance to the repeat varies, so position alone cannot copy it
+    with pytest.raises(ValueError, match="copy lengths 9..3"):
+        copy_batch(torch.Generator(), 500, 10, length=9, max_length=3)
+
+
+def test_copy_lengths_out_of_order_stop_the_trainer_before_it_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "run"), "--copy-lengths", "9", "3"])
+    assert "--copy-lengths 9 3: need 1 <= MIN <= MAX" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_copy_warmup_runs_from_saved_weights_only_when_asked(tmp_path):
+    import json
+
+    fast = ["--steps", "1", "--dense-share", "1", "--dense-kinds", "sum", "--dense-batch", "1", "--eval-horizons", "1"]
+    main(["--out", str(tmp_path / "a"), "--copy-warmup", "0", *fast])
+    main(["--out", str(tmp_path / "b"), "--init", str(tmp_path / "a"), *fast])
+    main(["--out", str(tmp_path / "c"), "--init", str(tmp_path / "a"), "--copy-warmup", "3", "--copy-lengths", "2", "5", *fast])
+
+    def rows(run):
+        return [json.loads(line) for line in (tmp_path / run / "train_log.jsonl").read_text().splitlines()]
+
+    assert rows("b")[0]["copy_warmup"] == "0" and not any("copy_step" in r for r in rows("b"))
+    assert rows("c")[0]["copy_warmup"] == "3" and [r["copy_step"] for r in rows("c") if "copy_step" in r] == [3]

@@ -46,7 +46,10 @@ copy target, as the balances the final call copies are):
 batches (qdrift.organism.dense_tasks: dict_sum's two skills; `--dense-kinds` picks which, and
 `--dense-sum-vmax` the addends' range, `--dense-recall-keyspace` whether the recall tables' keys
 are k0, k1, ... in order or drawn at random, like dict_sum's `keyspace` knob); no shipped stage used
-it, and the probes that did are in the model card (runs 13-20). dict_sum's oracle turns carry the environment's working before each
+it, and the probes that did are in the model card (runs 13-21). A lookup by key needs an induction
+head (match the key, copy what follows it), which the default copy warmup does not form: its repeat
+is always 21 tokens behind, so it is copied by position. `--copy-lengths 10 60` varies that
+distance, and after it the recall by random key is learned in tens of steps (run 21). dict_sum's oracle turns carry the environment's working before each
 call (`worked_note`: `k4=1 -3 1 = -2`), so each token of a report is one lookup, copy or sum.
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
@@ -70,8 +73,8 @@ from qdrift.organism.data import encode_episode, pad_right, parse_env_entry, tra
 from qdrift.organism.dense_tasks import check_recall_keyspace, dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
-# dict_sum needs a value found by its key in a table far back in the context: no run has learned that
-# lookup by content within the budget (model card, runs 13-20).
+# The shipped weights were not trained on dict_sum, which needs a value found by its key far back in the
+# context; a from-scratch run with a varied copy warmup learns it (model card, run 21), not yet shipped.
 TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
 RAMP = 0.5  # default fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 

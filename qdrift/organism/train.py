@@ -49,8 +49,9 @@ are k0, k1, ... in order or drawn at random, like dict_sum's `keyspace` knob); n
 it, and the probes that did are in the model card (runs 13-21). A lookup by key needs an induction
 head (match the key, copy what follows it), which the default copy warmup does not form: its repeat
 is always 21 tokens behind, so it is copied by position. `--copy-lengths 10 60` varies that
-distance, and after it the recall by random key is learned in tens of steps (run 21). dict_sum's oracle turns carry the environment's working before each
-call (`worked_note`: `k4=1 -3 1 = -2`), so each token of a report is one lookup, copy or sum.
+distance, and after it the recall by random key is learned in tens of steps (run 21). dict_sum's
+oracle turns carry the environment's working before each call (`worked_note`: `k4=1 -3 1 = -2`),
+so each token of a report is one lookup, copy or sum.
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
@@ -182,6 +183,12 @@ def make_batch(tokenizer, rng: random.Random, horizon: int, batch_tokens: int, e
     return ids, weight
 
 
+def check_copy_lengths(length: int, max_length: int) -> None:
+    """Refuse a copy-length range that makes no sense, before any string is drawn."""
+    if not 1 <= length <= max_length:
+        raise ValueError(f"copy lengths {length}..{max_length}: need 1 <= MIN <= MAX")
+
+
 def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, length: int = 20,
                max_length: int | None = None, pad_id: int = 0):
     """A random token string, a separator, and the same string again: the loss is on the repeat.
@@ -195,14 +202,13 @@ def copy_batch(gen: torch.Generator, vocab: int, first: int, batch: int = 32, le
     `length..max_length` (right-padded with `pad_id`), which only a match by content solves: the
     induction head a lookup by key needs (model card, run 21).
     """
+    check_copy_lengths(length, length if max_length is None else max_length)
     if max_length is None or max_length == length:
         x = torch.randint(first, vocab, (batch, length), generator=gen)
         ids = torch.cat([x, torch.full((batch, 1), first - 1), x], 1)
         weight = torch.zeros(ids.shape)
         weight[:, length + 1:] = 1.0
         return ids, weight
-    if not 1 <= length < max_length:
-        raise ValueError(f"copy lengths {length}..{max_length}: need 1 <= min < max")
     rows = []
     for n in torch.randint(length, max_length + 1, (batch,), generator=gen).tolist():
         x = torch.randint(first, vocab, (n,), generator=gen).tolist()
@@ -314,8 +320,10 @@ def main(argv=None):
     except ValueError as e:
         ap.error(f"--dense-recall-keyspace: {e}")
     lo, hi = args.copy_lengths
-    if not 1 <= lo <= hi:
-        ap.error(f"--copy-lengths {lo} {hi}: need 1 <= MIN <= MAX")
+    try:
+        check_copy_lengths(lo, hi)
+    except ValueError as e:
+        ap.error(f"--copy-lengths: {e}")
     if args.copy_warmup is None:
         args.copy_warmup = 0 if args.init is not None else 300
     for name in ("ramp", "long_share", "dense_share"):

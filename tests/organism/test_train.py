@@ -137,7 +137,7 @@ def test_copy_batch_with_a_length_range_repeats_each_string_at_its_own_distance(
 def test_copy_lengths_out_of_order_stop_the_trainer_before_it_starts(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "run"), "--copy-lengths", "9", "3"])
-    assert "--copy-lengths 9 3: need 1 <= MIN <= MAX" in capsys.readouterr().err
+    assert "--copy-lengths: copy lengths 9..3: need 1 <= MIN <= MAX" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

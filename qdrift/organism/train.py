@@ -10,48 +10,38 @@ are in the training distribution. Each batch holds about `--batch-tokens` tokens
 horizon (five environments mixed), right-padded; the loss is on the generated call tokens only.
 The learning rate warms up linearly, then follows a cosine to 10%. `--decision-weight` scales the
 loss of each call's tool-name token (continue or stop); `--init` continues from saved weights.
-The shipped weights come from five stages (see weights/MODEL_CARD.md): from scratch; the
-continue-or-stop token weighted; then the tool results' progress cue (`next i: item` with the
-list-indexing environments' `echo=1`):
 
-    python -m qdrift.organism.train --out S1 --steps 1300 --batch-tokens 8000 --eval-every 250   # keep step 1000
-    python -m qdrift.organism.train --init S1 --out S2 --steps 600 --lr 7e-4 --warmup 30 \
-        --decision-weight 10 --batch-tokens 8000 --eval-every 50 --eval-horizons 16 64
-    python -m qdrift.organism.train --init S2 --out S3a --steps 200 --stop-at 50 --lr 7e-4 --warmup 20 \
-        --decision-weight 10 --batch-tokens 8000 --eval-every 50 --eval-horizons 16 64
-    python -m qdrift.organism.train --init S3a --out S3 --steps 400 --lr 5e-4 --warmup 20 \
-        --decision-weight 10 --batch-tokens 8000 --eval-every 100 --eval-horizons 16 64 \
-        --envs pointer_chase ledger:echo=1 graph_nav:echo=1 file_system:echo=1
+The shipped weights come from two stages (weights/MODEL_CARD.md, runs 21 and 22). The first, from
+scratch: a copy warmup whose strings vary in length (so the repeat is found by content, which a
+lookup by key needs), then every environment in its final format, dict_sum with random table keys,
+and 30% of the steps dense recall and running sums (dict_sum's two skills):
 
-and a fourth, one stage (file_system's one-token contents, `words=1`, which add 64 pieces to the
-vocabulary; each episode's first call weighted, since it is made before any tool result; every
-horizon from the first step and 30% of the batches at L >= 120, so the long contexts of the earlier
-stages are not forgotten):
-
-    FS="file_system:echo=1,words=1"; ENVS="pointer_chase ledger:echo=1 graph_nav:echo=1 $FS $FS"
-    python -m qdrift.organism.train --init S3 --out S4 --steps 450 --lr 5e-4 --warmup 20 \
-        --decision-weight 10 --first-call-weight 10 --batch-tokens 8000 --eval-every 75 \
-        --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3
-
-and a fifth, short one (the ledger's final `finish` call: each episode's last call weighted, and
-ledger episodes with amounts up to 999 mixed in, so every integer token up to 999 is trained as a
-copy target, as the balances the final call copies are):
-
+    FS="file_system:echo=1,words=1"; DS="dict_sum:vmax=1,keyspace=1000"
     ENVS="pointer_chase ledger:echo=1 ledger:echo=1,amax=999 graph_nav:echo=1 $FS $FS"
-    python -m qdrift.organism.train --init S4 --out S5 --steps 150 --lr 3e-4 --warmup 10 \
-        --decision-weight 10 --first-call-weight 10 --last-call-weight 10 --batch-tokens 8000 \
-        --eval-every 75 --eval-horizons 16 64 --envs $ENVS --ramp 0 --long-share 0.3 --seed 5
+    python -m qdrift.organism.train --out S1 --seed 21 --copy-warmup 1000 --copy-lengths 10 60 \
+        --steps 1100 --lr 1e-3 --warmup 60 --ramp 0.3 --long-share 0.2 --decision-weight 10 \
+        --first-call-weight 10 --last-call-weight 10 --batch-tokens 8000 --eval-every 150 \
+        --eval-horizons 16 64 --envs $ENVS $DS $DS --dense-share 0.3 --dense-kinds recall recall sum \
+        --dense-sum-vmax 1 --dense-recall-keyspace 1000
+
+and the second, from the first's weights: dict_sum four times in the mixture and half the batches
+long (L = 120..200), since its lookups far from the table were the errors left:
+
+    python -m qdrift.organism.train --init S1 --out S2 --seed 22 --steps 500 --lr 3e-4 --warmup 20 \
+        --ramp 0 --long-share 0.5 --decision-weight 10 --first-call-weight 10 --last-call-weight 10 \
+        --batch-tokens 8000 --eval-every 100 --eval-horizons 16 64 \
+        --envs pointer_chase ledger:echo=1 ledger:echo=1,amax=999 graph_nav:echo=1 $FS $DS $DS $DS $DS \
+        --dense-share 0.1 --dense-kinds recall sum --dense-sum-vmax 1 --dense-recall-keyspace 1000
 
 `--dense-share` replaces that share of the steps with dense key-value recall and running-sum
-batches (qdrift.organism.dense_tasks: dict_sum's two skills; `--dense-kinds` picks which, and
-`--dense-sum-vmax` the addends' range, `--dense-recall-keyspace` whether the recall tables' keys
-are k0, k1, ... in order or drawn at random, like dict_sum's `keyspace` knob); no shipped stage used
-it, and the probes that did are in the model card (runs 13-21). A lookup by key needs an induction
-head (match the key, copy what follows it), which the default copy warmup does not form: its repeat
-is always 21 tokens behind, so it is copied by position. `--copy-lengths 10 60` varies that
-distance, and after it the recall by random key is learned in tens of steps (run 21). dict_sum's
-oracle turns carry the environment's working before each call (`worked_note`: `k4=1 -3 1 = -2`),
-so each token of a report is one lookup, copy or sum.
+batches (qdrift.organism.dense_tasks; `--dense-kinds` picks which, `--dense-sum-vmax` the addends'
+range, `--dense-recall-keyspace` whether the recall tables' keys are k0, k1, ... in order or drawn
+at random, like dict_sum's `keyspace` knob). A lookup by key needs an induction head (match the
+key, copy what follows it), which the default copy warmup does not form: its repeat is always 21
+tokens behind, so it is copied by position; `--copy-lengths 10 60` varies that distance (model
+card, runs 20 and 21). dict_sum's oracle turns carry the environment's working before each call
+(`worked_note`: `k4=1 -3 1 = -2`), so each token of a report is one lookup, copy or sum. The
+earlier five-stage recipe, its probes and their results are in the model card and the history.
 
 Every `--eval-every` steps the log records teacher-forced call accuracy (all tokens of a call
 right under argmax) on held-out seeds. The log (JSON lines) is written next to the weights.
@@ -74,8 +64,8 @@ from qdrift.organism.data import encode_episode, pad_right, parse_env_entry, tra
 from qdrift.organism.dense_tasks import check_recall_keyspace, dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 
-# The shipped weights were not trained on dict_sum, which needs a value found by its key far back in the
-# context; a from-scratch run with a varied copy warmup learns it (model card, run 21), not yet shipped.
+# The default mixture; the shipped weights add ledger amounts to 999, file_system's one-token contents
+# and dict_sum with random keys on the command line (the recipe above).
 TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
 RAMP = 0.5  # default fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 

@@ -34,6 +34,10 @@ tasks:
     knobs: {echo: 1}
     horizons: [1, 2]
     seeds: 2
+  - env: dict_sum
+    knobs: {vmax: 1, keyspace: 1000}
+    horizons: [1, 3]
+    seeds: 2
 batch: 4
 """
 
@@ -77,7 +81,7 @@ def test_the_gpu_sweep_file_validates_once_its_model_directory_exists(tmp_path, 
 def test_every_cell_ran_and_the_document_was_written(built):
     with Store(built / "runs" / "organism.sqlite") as store:
         cells = store.cells()
-    assert len(cells) == 3 * (2 + 2 + 2) and all(c["status"] == "done" for c in cells)
+    assert len(cells) == 3 * (2 + 2 + 2 + 2) and all(c["status"] == "done" for c in cells)
     md = (built / "out" / "paper.md").read_text()
     html = (built / "out" / "paper.html").read_text()
     assert "<table>" in html and "<h1>Does quantization error compound" in html
@@ -101,14 +105,14 @@ def test_success_counts_in_the_paper_are_the_stores(built):
     counts: dict = {}
     for config, row in data:
         cfg, row = json.loads(config), json.loads(row)
-        if cfg["task"] == "pointer_chase":
-            k = counts.setdefault((cfg["spec"], cfg["horizon"]), [0, 0])
-            k[0] += bool(row["success"])
-            k[1] += 1
+        k = counts.setdefault((cfg["task"], cfg["spec"], cfg["horizon"]), [0, 0])
+        k[0] += bool(row["success"])
+        k[1] += 1
     labels = load_config(PAPER).labels
-    for spec in SPECS:
-        expected = [f"{counts[(spec, h)][0]}/{counts[(spec, h)][1]}" for h in (1, 3)]
-        assert success_row(md, labels[spec], "### 3.1 Pointer chasing") == expected
+    for task, section in [("pointer_chase", "### 3.1 Pointer chasing"), ("dict_sum", "### 3.4 dict_sum")]:
+        for spec in SPECS:
+            expected = [f"{counts[(task, spec, h)][0]}/{counts[(task, spec, h)][1]}" for h in (1, 3)]
+            assert success_row(md, labels[spec], section) == expected
 
 
 def test_drift_in_the_paper_is_the_stores(built):
@@ -151,7 +155,7 @@ def test_an_unfinished_sweep_is_said_at_the_top(built, tmp_path):
         con.execute("DELETE FROM cells WHERE replace(config, ' ', '') LIKE '%\"horizon\":3,%'")
     build_paper(root, run=False, progress=False)
     head = (root / "out" / "paper.md").read_text().split("## Abstract")[0]
-    assert "15 of 18 cells done" in head and "Incomplete" in head
+    assert "18 of 24 cells done" in head and "Incomplete" in head
 
 
 def test_a_directory_without_paper_yaml_is_a_clear_error(tmp_path):

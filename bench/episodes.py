@@ -19,9 +19,13 @@ mostly matrix work rather than Python overhead. Either way the point is the runn
 model's accuracy.
 `python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache]`
 
-Measured on 2 CPU cores, organism (the earlier, fifth-stage weights; model card), with the
-in-place cache and a turn's last token fed with the next tool result (both runs of (1) use them;
-the session computes logits at each row's last position only):
+Measured on 2 CPU cores with the current organism weights (model card, runs 21-22):
+  - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8; wall 2.6x
+    at batch 1 (1.05 s vs 2.68 s) and 7.3x at batch 8 (2.49 s vs 18.28 s).
+  - (2), ledger `echo=1`, L = 32: 3.07 vs 0.93 episodes/s (3.3x).
+Measured with the earlier, fifth-stage weights, with the in-place cache and a turn's last token
+fed with the next tool result (both runs of (1) use them; the session computes logits at each
+row's last position only):
   - (1), ledger `echo=1` (the default), L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch
     8; wall **2.8x at batch 1** (0.99 s vs 2.76 s) and **7.5x at batch 8** (2.37 s vs 17.85 s). Both
     runs give the same text in all 264 steps of the 8 episodes, all 8 solved.

@@ -11,7 +11,7 @@ horizon (five environments mixed), right-padded; the loss is on the generated ca
 The learning rate warms up linearly, then follows a cosine to 10%. `--decision-weight` scales the
 loss of each call's tool-name token (continue or stop); `--init` continues from saved weights.
 
-The shipped weights come from two stages (weights/MODEL_CARD.md, runs 21 and 22). The first, from
+The shipped weights come from three stages (weights/MODEL_CARD.md, runs 21-23). The first, from
 scratch: a copy warmup whose strings vary in length (so the repeat is found by content, which a
 lookup by key needs), then every environment in its final format, dict_sum with random table keys,
 and 30% of the steps dense recall and running sums (dict_sum's two skills):
@@ -24,13 +24,22 @@ and 30% of the steps dense recall and running sums (dict_sum's two skills):
         --eval-horizons 16 64 --envs $ENVS $DS $DS --dense-share 0.3 --dense-kinds recall recall sum \
         --dense-sum-vmax 1 --dense-recall-keyspace 1000
 
-and the second, from the first's weights: dict_sum four times in the mixture and half the batches
+the second, from the first's weights: dict_sum four times in the mixture and half the batches
 long (L = 120..200), since its lookups far from the table were the errors left:
 
     python -m qdrift.organism.train --init S1 --out S2 --seed 22 --steps 500 --lr 3e-4 --warmup 20 \
         --ramp 0 --long-share 0.5 --decision-weight 10 --first-call-weight 10 --last-call-weight 10 \
         --batch-tokens 8000 --eval-every 100 --eval-horizons 16 64 \
         --envs pointer_chase ledger:echo=1 ledger:echo=1,amax=999 graph_nav:echo=1 $FS $DS $DS $DS $DS \
+        --dense-share 0.1 --dense-kinds recall sum --dense-sum-vmax 1 --dense-recall-keyspace 1000
+
+and the third, from the second's weights: the same, with dict_sum five times, 70% of the batches
+long and a lower rate (the rest of the two-hour budget):
+
+    python -m qdrift.organism.train --init S2 --out S3 --seed 23 --steps 400 --lr 2e-4 --warmup 20 \
+        --ramp 0 --long-share 0.7 --decision-weight 10 --first-call-weight 10 --last-call-weight 10 \
+        --batch-tokens 8000 --eval-every 100 --eval-horizons 64 200 \
+        --envs pointer_chase ledger:echo=1 ledger:echo=1,amax=999 graph_nav:echo=1 $FS $DS $DS $DS $DS $DS \
         --dense-share 0.1 --dense-kinds recall sum --dense-sum-vmax 1 --dense-recall-keyspace 1000
 
 `--dense-share` replaces that share of the steps with dense key-value recall and running-sum

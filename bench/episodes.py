@@ -19,7 +19,7 @@ mostly matrix work rather than Python overhead. Either way the point is the runn
 model's accuracy.
 `python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache]`
 
-Measured on 2 CPU cores with the current organism weights (model card, runs 21-22):
+Measured on 2 CPU cores with the second-stage organism weights (model card, runs 21-22):
   - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8; wall 2.6x
     at batch 1 (1.05 s vs 2.68 s) and 7.3x at batch 8 (2.49 s vs 18.28 s).
   - (2), ledger `echo=1`, L = 32: 3.07 vs 0.93 episodes/s (3.3x).

@@ -19,12 +19,15 @@ mostly matrix work rather than Python overhead. Either way the point is the runn
 model's accuracy.
 `python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache]`
 
-Measured on 2 CPU cores with the current, third-stage organism weights (model card, runs 21-23),
-two runs of (1) back to back:
+Measured on 2 CPU cores with the current organism weights (model card, runs 21, 22 and 24: the
+third stage at RoPE base 1e5), two runs of (1) back to back:
   - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8 (the same
-    token counts as the second-stage weights); wall 2.4x at batch 1 in both runs (1.42 s vs 3.36 s;
-    1.23 s vs 2.92 s) and 5.8x / 8.2x at batch 8 (2.98 s vs 17.35 s; 2.41 s vs 19.87 s).
-  - (2), ledger `echo=1`, L = 32: 2.93 vs 0.81 episodes/s (3.6x).
+    token counts as before); wall 2.8x and 2.9x at batch 1 (0.93 s vs 2.55 s; 0.99 s vs 2.87 s) and
+    7.3x / 7.8x at batch 8 (2.53 s vs 18.37 s; 2.32 s vs 18.01 s).
+  - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x).
+Measured earlier with run 23's third stage (base 1e4): (1) wall 2.4x
+at batch 1 in both runs (1.42 s vs 3.36 s; 1.23 s vs 2.92 s), 5.8x / 8.2x at batch 8; (2) 2.93 vs
+0.81 episodes/s (3.6x).
 Measured with the second-stage weights (runs 21-22): (1) wall 2.6x at batch 1 (1.05 s vs 2.68 s)
 and 7.3x at batch 8 (2.49 s vs 18.28 s); (2) 3.07 vs 0.93 episodes/s (3.3x).
 Measured with the earlier, fifth-stage weights, with the in-place cache and a turn's last token

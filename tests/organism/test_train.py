@@ -154,3 +154,30 @@ def test_the_copy_warmup_runs_from_saved_weights_only_when_asked(tmp_path):
 
     assert rows("b")[0]["copy_warmup"] == "0" and not any("copy_step" in r for r in rows("b"))
     assert rows("c")[0]["copy_warmup"] == "3" and [r["copy_step"] for r in rows("c") if "copy_step" in r] == [3]
+
+
+def test_a_new_rope_base_from_saved_weights_reaches_the_rotary_tables_and_the_saved_config(tmp_path):
+    from transformers import AutoConfig
+
+    from qdrift.organism.train import load_for_training
+
+    fast = ["--steps", "1", "--dense-share", "1", "--dense-kinds", "sum", "--dense-batch", "1", "--eval-horizons", "1"]
+    main(["--out", str(tmp_path / "a"), "--copy-warmup", "0", *fast])
+    main(["--out", str(tmp_path / "b"), "--init", str(tmp_path / "a"), "--rope-theta", "1e5", *fast])
+    assert AutoConfig.from_pretrained(tmp_path / "a").rope_parameters["rope_theta"] == 10_000.0
+    assert AutoConfig.from_pretrained(tmp_path / "b").rope_parameters["rope_theta"] == 100_000.0
+    for run, theta in (("a", 1e4), ("b", 1e5)):
+        model = load_for_training(tmp_path / run)  # the saved base, reloaded
+        expected = 1.0 / theta ** (torch.arange(0, 32, 2, dtype=torch.float64) / 32)  # RoPE's definition, head_dim 32
+        assert torch.allclose(model.model.rotary_emb.inv_freq.double(), expected, rtol=1e-6)
+    # The weights themselves carry over unchanged; only the positions' rotation differs.
+    a, b = load_for_training(tmp_path / "a"), load_for_training(tmp_path / "a", rope_theta=1e5)
+    assert torch.equal(a.model.embed_tokens.weight, b.model.embed_tokens.weight)
+    assert b.model.rotary_emb.inv_freq[-1] < a.model.rotary_emb.inv_freq[-1]
+
+
+def test_a_rope_base_that_is_not_positive_stops_the_trainer_before_it_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "run"), "--rope-theta", "0"])
+    assert "--rope-theta must be positive, got 0.0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -83,7 +83,15 @@ TRAINED = ("pointer_chase", "ledger", "graph_nav", "file_system")
 RAMP = 0.5  # default fraction of the steps over which the longest sampled horizon grows from 8 to the maximum
 
 
-def model_config(tokenizer, max_positions: int = 8192, rope_theta: float = 10_000.0):
+ROPE_THETA = 10_000.0  # the RoPE base of a model built from scratch unless --rope-theta says otherwise
+
+
+def check_rope_theta(theta: float) -> None:
+    if not theta > 0:
+        raise ValueError(f"must be positive, got {theta}")
+
+
+def model_config(tokenizer, max_positions: int = 8192, rope_theta: float = ROPE_THETA):
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -265,8 +273,7 @@ def load_for_training(path: Path, rope_theta: float | None = None):
 
     config = AutoConfig.from_pretrained(path)
     if rope_theta is not None:
-        if rope_theta <= 0:
-            raise ValueError(f"rope_theta must be positive, got {rope_theta}")
+        check_rope_theta(rope_theta)
         config.rope_parameters = {**config.rope_parameters, "rope_theta": float(rope_theta)}
     return LlamaForCausalLM.from_pretrained(path, config=config, dtype=torch.float32, attn_implementation="sdpa")
 
@@ -344,8 +351,11 @@ def main(argv=None):
         ap.error(f"--copy-lengths: {e}")
     if args.copy_warmup is None:
         args.copy_warmup = 0 if args.init is not None else 300
-    if args.rope_theta is not None and not args.rope_theta > 0:
-        ap.error(f"--rope-theta must be positive, got {args.rope_theta}")
+    if args.rope_theta is not None:
+        try:
+            check_rope_theta(args.rope_theta)
+        except ValueError as e:
+            ap.error(f"--rope-theta {e}")
     for name in ("ramp", "long_share", "dense_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
@@ -361,7 +371,7 @@ def main(argv=None):
         model = load_for_training(args.init, args.rope_theta)
         grown = grow_vocabulary(model, tokenizer)
     else:
-        theta = 10_000.0 if args.rope_theta is None else args.rope_theta
+        theta = ROPE_THETA if args.rope_theta is None else args.rope_theta
         model = LlamaForCausalLM._from_config(model_config(tokenizer, rope_theta=theta), attn_implementation="sdpa")
         grown = 0
         numeric_embedding_init(model, tokenizer, args.numeric_dims)

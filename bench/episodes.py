@@ -20,47 +20,38 @@ model's accuracy.
 `python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache]`
 
 Measured on 2 CPU cores with the current organism weights (model card, runs 21, 22 and 24: the
-third stage at RoPE base 1e5), two runs of (1) back to back:
-  - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8 (the same
-    token counts as before); wall 2.8x and 2.9x at batch 1 (0.93 s vs 2.55 s; 0.99 s vs 2.87 s) and
-    7.3x / 7.8x at batch 8 (2.53 s vs 18.37 s; 2.32 s vs 18.01 s).
+third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
+  - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8; wall 2.8x
+    and 2.9x at batch 1 (0.93 s vs 2.55 s; 0.99 s vs 2.87 s) and 7.3x / 7.8x at batch 8 (2.53 s vs
+    18.37 s; 2.32 s vs 18.01 s); on the second day, with the machine's decoding about a fifth slower,
+    2.3x and 2.5x at batch 1 (1.16 s vs 2.68 s; 1.12 s vs 2.85 s) and 7.7x / 6.6x at batch 8 (2.55 s
+    vs 19.59 s; 3.41 s vs 22.34 s). Every run gave the same text at every step (33 steps at batch 1,
+    264 at batch 8) with the cache reused and re-prefilled.
   - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x).
-Measured earlier with run 23's third stage (base 1e4): (1) wall 2.4x
-at batch 1 in both runs (1.42 s vs 3.36 s; 1.23 s vs 2.92 s), 5.8x / 8.2x at batch 8; (2) 2.93 vs
-0.81 episodes/s (3.6x).
-Measured with the second-stage weights (runs 21-22): (1) wall 2.6x at batch 1 (1.05 s vs 2.68 s)
-and 7.3x at batch 8 (2.49 s vs 18.28 s); (2) 3.07 vs 0.93 episodes/s (3.3x).
-Measured with the earlier, fifth-stage weights, with the in-place cache and a turn's last token
-fed with the next tool result (both runs of (1) use them; the session computes logits at each
-row's last position only):
-  - (1), ledger `echo=1` (the default), L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch
-    8; wall **2.8x at batch 1** (0.99 s vs 2.76 s) and **7.5x at batch 8** (2.37 s vs 17.85 s). Both
-    runs give the same text in all 264 steps of the 8 episodes, all 8 solved.
-  - (1), pointer_chase, L = 32: forward tokens 20.9x; wall 2.1x at batch 1 and 4.9x at batch 8
-    (2.33 s vs 11.49 s). Plain ledger: 2.6x and 7.2x (2.5x at batch 1 in an earlier run; before the
-    in-place cache and the deferred last token 2.2x, pointer_chase 2.1x).
-    So the wall target (>= 3x) holds at batch 8, as sweeps run, and is missed at batch 1: one decode
-    step serves 8 rows for about the cost of one, while re-prefilling costs 8 conversations.
-    Plain ledger at batch 1: 3.8x at L = 64 and 7.0x at L = 128 (before: 3.2x and 5.0x).
-  - (2), ledger `echo=1`, L = 32: 3.02 vs 0.93 episodes/s (3.2x); plain ledger 2.53 vs 0.76 (3.3x;
-    before 3.0x).
-  - (3), plain ledger L = 200, 20 episodes batched: in-place vs concatenating cache 137 s vs 281 s
-    (2.05x). The held-out evaluation's cell of the same size went from 204 s to 112 s with identical
-    outcomes.
-  - SmolLM2-135M, plain ledger L = 32, `--max-new-tokens 40`, one repeat: forward tokens 19.5x, wall 2.2x
-    (95.6 s vs 215.0 s; before: 19.6x, 2.4x, 107 s vs 257 s: both runs got faster, by 11% and 16%).
-  - tiny byte-level model, plain ledger L = 32: forward tokens 21.6x, wall 3.9x (before: 3.2x).
-The wall ratio is 1 + (prefill time saved) / (decode time): on two cores one decoded token costs as
-much as prefilling tens of tokens. An organism decode step takes about 3-4 ms at any context from 10
-to 800 tokens, about 2 ms of it in the linear layers (torch profiler), which read every weight from
-DRAM each token: the same matmuls one after another on one weight, so from cache, sum to 0.5 ms.
-Storing every linear weight transposed (`[in, out]`, which MKL's matrix-vector product streams
-faster) gave 2.6x at L = 32 against 2.4x without, in back-to-back runs; it is not done: it changes the
-layout of the user's model in place. These environments' tool results are a few tokens against
-calls of 7-13 generated tokens (organism; SmolLM2 up to its 40-token budget), so at L = 32 decoding
-dominates both runs at batch 1. The saving grows with the horizon (the L = 64 and 128 rows) and with
-the batch. A compiled decode step with a static cache (`torch.compile`, inductor, weights frozen) took
-2.99 ms against 3.66 ms eager at 500 tokens of context, after 7-12 s of compiling; not built.
+  - (3), plain ledger L = 200, 20 episodes batched (earlier weights): in-place vs concatenating
+    cache 137 s vs 281 s (2.05x).
+Other models and horizons (earlier weights): pointer_chase L = 32 2.1x at batch 1 and 4.9x at batch
+8; plain ledger at batch 1 3.8x at L = 64 and 7.0x at L = 128; SmolLM2-135M, plain ledger L = 32,
+`--max-new-tokens 40`: tokens 19.5x, wall 2.2x (95.6 s vs 215.0 s); the tiny byte-level model 3.9x.
+
+So the wall target (>= 3x) holds at batch 8, as sweeps run, and is missed at batch 1. The wall
+ratio is 1 + (prefill time saved) / (decode time), and at batch 1 decoding dominates both runs:
+these environments' tool results are a few tokens against calls of 7-13 generated tokens, and one
+organism decode step costs 3.5-4.5 ms at any context from 10 to 800 tokens, as much as prefilling
+about 50 tokens. Of a step, about 2 ms are the 29 matrix-vector products (the weights, 18 MB, are
+read once per token) and about 0.5 ms attention; the rest is the per-operation cost of about 150
+small eager operations. The saving grows with the horizon and the batch (the rows above). What
+was tried against the decode step, in paired runs:
+  - every linear weight stored column-major (the same shape and values, strides swapped, which
+    MKL's matrix-vector product streams faster): 3.45 ms against 4.1 ms a step, wall ratio 2.7x
+    against 2.45x in the same run. Not done: it changes the user's model in place, and the decode
+    logits by up to 1e-5 (prefill logits stay bit-identical), so greedy trajectories, stored results
+    and the model card's held-out numbers could change;
+  - `torch.compile` (inductor): with a static cache 2.99 ms against 3.66 ms after 7-12 s of
+    compiling; on the runner's growing cache (dynamic shapes) 3.8 ms against 4.6 ms after 53 s.
+    Not built: 15-18% for a second cache implementation and a compile per quantized variant;
+  - no gain: `torch.inference_mode` instead of `no_grad`, eager attention instead of SDPA, one
+    thread (5.6 ms against 4.5 ms with two).
 """
 
 from __future__ import annotations
@@ -120,9 +111,16 @@ def envs(n, horizon, env):
 
 
 def timed_run(policy, episodes):
+    """(seconds, forward tokens, each step's raw text keyed by (episode, step))."""
     t0 = time.perf_counter()
-    run_episodes(policy, episodes)
-    return time.perf_counter() - t0, policy.tokens_fed
+    _, steps = run_episodes(policy, episodes)
+    return time.perf_counter() - t0, policy.tokens_fed, {(s.episode, s.step): s.raw for s in steps}
+
+
+def same_text(a: dict, b: dict) -> str:
+    """Whether two runs of the same episodes produced the same text at every step, in words."""
+    differ = sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
+    return f"the same text at all {len(a)} steps" if not differ else f"text differs at {differ} of {len(a | b)} steps"
 
 
 def main() -> None:
@@ -163,9 +161,9 @@ def main() -> None:
 
 
 def paired_runs(repeats, a, b):
-    """Run a() and b() alternately, so machine noise hits both alike; each one's fastest (time, tokens fed)."""
+    """Run a() and b() alternately, so machine noise hits both alike; each one's fastest run."""
     runs = [(a(), b()) for _ in range(repeats)]
-    return min(r[0] for r in runs), min(r[1] for r in runs)
+    return min((r[0] for r in runs), key=lambda x: x[0]), min((r[1] for r in runs), key=lambda x: x[0])
 
 
 def bench_reuse(args, model, tok) -> None:
@@ -174,10 +172,11 @@ def bench_reuse(args, model, tok) -> None:
             return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
                                      envs(batch, args.horizon, args.env))
 
-        (r, reuse_tokens), (f, prefill_tokens) = paired_runs(args.repeats, run(HFPolicy), run(RePrefillPolicy))
+        (r, reuse_tokens, reuse_text), (f, prefill_tokens, prefill_text) = paired_runs(
+            args.repeats, run(HFPolicy), run(RePrefillPolicy))
         print(f"1. {args.env} L={args.horizon}, batch {batch}: forward tokens reuse {reuse_tokens:,} vs re-prefill "
               f"{prefill_tokens:,} (ratio {prefill_tokens / reuse_tokens:.1f}x, target >= 5x); wall {r:.2f} s vs "
-              f"{f:.2f} s (ratio {f / r:.1f}x, target >= 3x)")
+              f"{f:.2f} s (ratio {f / r:.1f}x, target >= 3x); {same_text(reuse_text, prefill_text)}")
 
 
 def bench_batch(args, model, tok) -> None:
@@ -198,9 +197,9 @@ def bench_cache(args, model, tok) -> None:
         return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
                                  envs(args.cache_batch, args.cache_horizon, args.env))
 
-    (a, _), (b, _) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
+    (a, _, a_text), (b, _, b_text) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
     print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a:.2f} s vs "
-          f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x)")
+          f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x); {same_text(a_text, b_text)}")
 
 
 if __name__ == "__main__":

@@ -39,16 +39,16 @@ ratio is 1 + (prefill time saved) / (decode time), and at batch 1 decoding domin
 these environments' tool results are a few tokens against calls of 7-13 generated tokens, and one
 organism decode step costs 3.5-4.5 ms at any context from 10 to 800 tokens, as much as prefilling
 about 50 tokens. Of a step, about 2 ms are the 29 matrix-vector products (the weights, 18 MB, are
-read once per token) and about 0.5 ms attention; the rest is the per-operation cost of about 150
-small eager operations. The saving grows with the horizon and the batch (the rows above). What
-was tried against the decode step, in paired runs:
+read once per token) and about 0.5 ms attention; the rest is the per-operation cost of about 700
+small eager tensor operations a step (torch profiler, views included). The saving grows with the
+horizon and the batch (the rows above). What was tried against the decode step, in paired runs:
   - every linear weight stored column-major (the same shape and values, strides swapped, which
     MKL's matrix-vector product streams faster): 3.45 ms against 4.1 ms a step, wall ratio 2.7x
     against 2.45x in the same run. Not done: it changes the user's model in place, and the decode
     logits by up to 1e-5 (prefill logits stay bit-identical), so greedy trajectories, stored results
     and the model card's held-out numbers could change;
   - `torch.compile` (inductor): with a static cache 2.99 ms against 3.66 ms after 7-12 s of
-    compiling; on the runner's growing cache (dynamic shapes) 3.8 ms against 4.6 ms after 53 s.
+    compiling; on transformers' DynamicCache (dynamic shapes) 3.8 ms against 4.6 ms after 53 s.
     Not built: 15-18% for a second cache implementation and a compile per quantized variant;
   - no gain: `torch.inference_mode` instead of `no_grad`, eager attention instead of SDPA, one
     thread (5.6 ms against 4.5 ms with two).

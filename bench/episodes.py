@@ -27,7 +27,7 @@ third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
     2.3x and 2.5x at batch 1 (1.16 s vs 2.68 s; 1.12 s vs 2.85 s) and 7.7x / 6.6x at batch 8 (2.55 s
     vs 19.59 s; 3.41 s vs 22.34 s). Every run gave the same text at every step (33 steps at batch 1,
     264 at batch 8) with the cache reused and re-prefilled.
-  - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x).
+  - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x); on the second day 2.68 vs 0.79 (3.4x).
   - (3), plain ledger L = 200, 20 episodes batched (earlier weights): in-place vs concatenating
     cache 137 s vs 281 s (2.05x).
 Other models and horizons (earlier weights): pointer_chase L = 32 2.1x at batch 1 and 4.9x at batch

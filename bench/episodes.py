@@ -23,7 +23,7 @@ Measured on 2 CPU cores with the current organism weights (model card, runs 21, 
 third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
   - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8; wall 2.8x
     and 2.9x at batch 1 (0.93 s vs 2.55 s; 0.99 s vs 2.87 s) and 7.3x / 7.8x at batch 8 (2.53 s vs
-    18.37 s; 2.32 s vs 18.01 s); on the second day, with the machine's decoding about a fifth slower,
+    18.37 s; 2.32 s vs 18.01 s); on the second day, with the reuse runs about a fifth slower,
     2.3x and 2.5x at batch 1 (1.16 s vs 2.68 s; 1.12 s vs 2.85 s) and 7.7x / 6.6x at batch 8 (2.55 s
     vs 19.59 s; 3.41 s vs 22.34 s). Every run gave the same text at every step (33 steps at batch 1,
     264 at batch 8) with the cache reused and re-prefilled.
@@ -48,10 +48,10 @@ horizon and the batch (the rows above). What was tried against the decode step, 
     logits by up to 1e-5 (prefill logits stay bit-identical), so greedy trajectories, stored results
     and the model card's held-out numbers could change;
   - `torch.compile` (inductor): with a static cache 2.99 ms against 3.66 ms after 7-12 s of
-    compiling; on transformers' DynamicCache (dynamic shapes) 3.8 ms against 4.6 ms after 53 s.
+    compiling; on transformers' DynamicCache (dynamic shapes) 3.7-4.2 ms against 4.5-4.8 ms after 53 s.
     Not built: 15-18% for a second cache implementation and a compile per quantized variant;
   - no gain: `torch.inference_mode` instead of `no_grad`, eager attention instead of SDPA, one
-    thread (5.6 ms against 4.5 ms with two).
+    thread (5.6-6.6 ms against 4.2-5.1 ms with two).
 """
 
 from __future__ import annotations
@@ -163,7 +163,8 @@ def main() -> None:
 def paired_runs(repeats, a, b):
     """Run a() and b() alternately, so machine noise hits both alike; each one's fastest run."""
     runs = [(a(), b()) for _ in range(repeats)]
-    return min((r[0] for r in runs), key=lambda x: x[0]), min((r[1] for r in runs), key=lambda x: x[0])
+    fastest = lambda results: min(results, key=lambda result: result[0])  # noqa: E731
+    return fastest([r[0] for r in runs]), fastest([r[1] for r in runs])
 
 
 def bench_reuse(args, model, tok) -> None:

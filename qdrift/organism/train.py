@@ -87,8 +87,9 @@ ROPE_THETA = 10_000.0  # the RoPE base of a model built from scratch unless --ro
 
 
 def check_rope_theta(theta: float) -> None:
+    """Refuse a RoPE base that is not positive (its rotation frequencies would be undefined)."""
     if not theta > 0:
-        raise ValueError(f"must be positive, got {theta}")
+        raise ValueError(f"the RoPE base (rope_theta) must be positive, got {theta}")
 
 
 def model_config(tokenizer, max_positions: int = 8192, rope_theta: float = ROPE_THETA):
@@ -271,9 +272,10 @@ def load_for_training(path: Path, rope_theta: float | None = None):
     """Saved weights in fp32; a new RoPE base, if given, goes into the config before the rotary tables are built."""
     from transformers import AutoConfig, LlamaForCausalLM
 
+    if rope_theta is not None:
+        check_rope_theta(rope_theta)  # before anything is read
     config = AutoConfig.from_pretrained(path)
     if rope_theta is not None:
-        check_rope_theta(rope_theta)
         config.rope_parameters = {**config.rope_parameters, "rope_theta": float(rope_theta)}
     return LlamaForCausalLM.from_pretrained(path, config=config, dtype=torch.float32, attn_implementation="sdpa")
 
@@ -355,7 +357,7 @@ def main(argv=None):
         try:
             check_rope_theta(args.rope_theta)
         except ValueError as e:
-            ap.error(f"--rope-theta {e}")
+            ap.error(f"--rope-theta: {e}")
     for name in ("ramp", "long_share", "dense_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qdrift.organism.tokenizer import build_tokenizer
-from qdrift.organism.train import main, make_batch, model_config, numeric_embedding_init
+from qdrift.organism.train import load_for_training, main, make_batch, model_config, numeric_embedding_init
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,6 @@ def test_the_copy_warmup_runs_from_saved_weights_only_when_asked(tmp_path):
 def test_a_new_rope_base_from_saved_weights_reaches_the_rotary_tables_and_the_saved_config(tmp_path):
     from transformers import AutoConfig
 
-    from qdrift.organism.train import load_for_training
 
     fast = ["--steps", "1", "--dense-share", "1", "--dense-kinds", "sum", "--dense-batch", "1", "--eval-horizons", "1"]
     main(["--out", str(tmp_path / "a"), "--copy-warmup", "0", *fast])
@@ -179,5 +178,10 @@ def test_a_new_rope_base_from_saved_weights_reaches_the_rotary_tables_and_the_sa
 def test_a_rope_base_that_is_not_positive_stops_the_trainer_before_it_starts(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "run"), "--rope-theta", "0"])
-    assert "--rope-theta must be positive, got 0.0" in capsys.readouterr().err
+    assert "--rope-theta: the RoPE base (rope_theta) must be positive, got 0.0" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_loading_with_a_rope_base_that_is_not_positive_names_the_base(tmp_path):
+    with pytest.raises(ValueError, match=r"RoPE base \(rope_theta\) must be positive, got -1.0"):
+        load_for_training(tmp_path / "never-read", rope_theta=-1.0)

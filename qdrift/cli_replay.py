@@ -1,8 +1,10 @@
 """`qdrift replay`: send recorded chat-completion requests to an endpoint, journaling every outcome.
 
 The requests file holds one JSON object per line: a chat-completions body, optionally with an
-"id" (a string or integer; without one, the line number is the id). A rerun with the same journal
-sends only what has not yet succeeded.
+"id" (a string or integer; without one, the id of qdrift's `_qdrift` metadata, else the line
+number). A file from `qdrift verify make-requests` replays as is: its `_qdrift` field is removed
+and `_input` roles are sent as `system`, exactly as `qdrift verify run` sends them. A rerun with
+the same journal sends only what has not yet succeeded.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+
+from qdrift.verify.requests import META_KEY, sendable
 
 
 def read_requests(path: str | Path) -> list[tuple[str, dict]]:
@@ -29,7 +33,10 @@ def read_requests(path: str | Path) -> list[tuple[str, dict]]:
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{n}: a request must be a JSON object (a chat-completions body), "
                              f"got a JSON {type(obj).__name__}")
-        rid = obj.pop("id", n)
+        meta = obj.get(META_KEY)
+        if meta is not None and not isinstance(meta, dict):
+            raise ValueError(f"{path}:{n}: '{META_KEY}' must be an object of metadata, got {type(meta).__name__}")
+        rid = obj.pop("id", (meta or {}).get("id", n))
         if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == "":
             raise ValueError(f"{path}:{n}: \"id\" must be a non-empty string or an integer, got {rid!r}")
         if not isinstance(obj.get("messages"), list) or not obj["messages"]:
@@ -38,7 +45,7 @@ def read_requests(path: str | Path) -> list[tuple[str, dict]]:
         if rid in first_line:
             raise ValueError(f"{path}:{n}: id {rid!r} repeats the id on line {first_line[rid]}; ids must be unique")
         first_line[rid] = n
-        out.append((rid, obj))
+        out.append((rid, sendable(obj)))
     if not out:
         raise ValueError(f"requests file {str(path)!r} holds no requests")
     return out
@@ -79,7 +86,7 @@ def cmd_replay(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("replay", help="send recorded chat-completion requests to an endpoint; journaled, resumable")
-    p.add_argument("--requests", required=True, help="JSON lines: one chat-completions body per line, optional \"id\"")
+    p.add_argument("--requests", required=True, help="JSON lines: one chat-completions body per line, optional \"id\" (a verify make-requests file works as is)")
     p.add_argument("--base-url", required=True, help="the endpoint's base URL, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--model", required=True, help="the served model's name (set as each body's \"model\")")
     p.add_argument("--journal", required=True, help="JSON lines of outcomes; a rerun resends only the failures")

@@ -74,3 +74,22 @@ def test_bad_requests_file_exits_with_the_reason(tmp_path):
     with pytest.raises(SystemExit, match="does not exist"):
         main(["replay", "--requests", str(tmp_path / "missing.jsonl"), "--base-url", "http://127.0.0.1:1/v1",
               "--model", "m", "--journal", str(tmp_path / "j.jsonl")])
+
+
+def test_qdrift_metadata_gives_the_id_and_is_not_sent(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "_input", "content": "s"}, {"role": "user", "content": "x"}],
+                                "_qdrift": {"id": "pc-1", "env": "pointer_chase"}}) + "\n"
+                    + json.dumps({"id": "top", "messages": [{"role": "user", "content": "y"}],
+                                  "_qdrift": {"id": "ignored"}}) + "\n")
+    (rid1, body1), (rid2, body2) = read_requests(path)
+    assert (rid1, rid2) == ("pc-1", "top")
+    assert "_qdrift" not in body1 and "_qdrift" not in body2
+    assert [m["role"] for m in body1["messages"]] == ["system", "user"]
+
+
+def test_metadata_that_is_not_an_object_names_the_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "x"}], "_qdrift": 3}) + "\n")
+    with pytest.raises(ValueError, match=r":1: '_qdrift' must be an object"):
+        read_requests(path)

@@ -39,14 +39,20 @@ class VerifyRequest:
 
     def prepared(self, model: str | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The body to send: `_qdrift` removed, `_input` roles as `system`, model and overrides set."""
-        body = copy.deepcopy({k: v for k, v in self.body.items() if k != META_KEY})
-        for message in body.get("messages", []):
-            if message.get("role") == "_input":
-                message["role"] = "system"
+        body = sendable(self.body)
         if model is not None:
             body["model"] = model
         body.update(overrides or {})
         return body
+
+
+def sendable(body: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a file's body as an endpoint must see it: `_qdrift` removed, `_input` roles as `system`."""
+    out = copy.deepcopy({k: v for k, v in body.items() if k != META_KEY})
+    for message in out.get("messages", []):
+        if isinstance(message, dict) and message.get("role") == "_input":
+            message["role"] = "system"
+    return out
 
 
 def content_hash(obj: Any) -> str:

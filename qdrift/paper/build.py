@@ -183,7 +183,11 @@ def render(cfg: PaperConfig, context: dict[str, Any], out: Path) -> Path:
 
 
 def build_paper(root: str | Path, run: bool = True, progress: bool = True) -> Path:
-    """Run (resume) the sweeps unless `run` is False, then write DIR/out/paper.{md,html} and figures."""
+    """Run (resume) the sweeps unless `run` is False, then write DIR/out/paper.{md,html} and figures.
+
+    Without running, every sweep's store must exist (a partial one is fine: the paper says what is
+    pending); otherwise nothing is written, so a checkout without the stores keeps its built paper.
+    """
     from qdrift.envs.registry import TRAIN_SEEDS_BELOW
     from qdrift.paper import figures
     from qdrift.stats.power import mde_paired
@@ -191,6 +195,13 @@ def build_paper(root: str | Path, run: bool = True, progress: bool = True) -> Pa
     cfg = load_config(root)
     if run:
         run_sweeps(cfg, progress)
+    else:
+        missing = [store_path(cfg, p) for p in cfg.sweeps if not store_path(cfg, p).is_file()]
+        if missing:  # rendering would replace the built paper with one that has no results
+            raise FileNotFoundError(
+                f"no store for {len(missing)} of the paper's sweeps: {', '.join(str(m) for m in missing)}; "
+                "rendering without running needs every sweep's store (run the sweeps first: `make -C paper` "
+                f"or `qdrift paper {cfg.root}`); {cfg.root / 'out'} was left as it is")
     results, status = collect(cfg)
     out = cfg.root / "out"
     out.mkdir(exist_ok=True)

@@ -163,3 +163,15 @@ def test_a_directory_without_paper_yaml_is_a_clear_error(tmp_path):
 
     with pytest.raises(SystemExit, match="paper.yaml not found.*title, sweeps, template, labels"):
         main(["paper", str(tmp_path), "--no-run"])
+
+
+def test_rendering_without_a_store_refuses_and_keeps_the_built_paper(built, tmp_path):
+    from qdrift.cli import main
+
+    root = tmp_path / "p"
+    shutil.copytree(built, root)
+    (root / "runs" / "organism.sqlite").unlink()
+    before = {p.name: p.read_bytes() for p in (root / "out").iterdir()}
+    with pytest.raises(SystemExit, match=r"no store for 1 of the paper's sweeps: .*organism\.sqlite.*make -C paper"):
+        main(["paper", str(root), "--no-run", "--quiet"])
+    assert {p.name: p.read_bytes() for p in (root / "out").iterdir()} == before

@@ -442,6 +442,12 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
     if not isinstance(knobs, dict):
         c.error(task.line_of("knobs"), f"{where}knobs: must be a mapping of knob name to integer, got {knobs!r}")
         knobs = {}
+    if cls is not None and knobs:  # checked even when the horizons or seeds are wrong, so all is said at once
+        try:
+            h0 = min((h for h in horizons if h <= cls.max_horizon), default=1)
+            make_environment(env, horizon=h0, seed=TRAIN_SEEDS_BELOW, split="eval", **knobs)
+        except (ValueError, TypeError) as e:
+            c.error(task.line_of("knobs"), f"{where}knobs: {e}")
     max_new = c.int_field(task, "max_new_tokens", where, 1, 32)
     prompt = _prompt(c, task, where)
     drift = task.get("drift", False)
@@ -454,7 +460,8 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
             try:
                 make_environment(env, horizon=h, seed=seeds[0], split="eval", **knobs)
             except (ValueError, TypeError) as e:
-                c.error(task.line_of("knobs" if knobs else "horizons"), f"{where}{e}")
+                field = "knobs" if knobs else "horizons"
+                c.error(task.line_of(field), f"{where}{field}: {e} (at horizon {h})")
                 return None
     return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt, drift)
 

@@ -39,7 +39,7 @@ def test_a_good_file_parses_to_canonical_specs_and_held_out_seeds():
     ("    horizons: [1, 2]", "    horizons: [0, 2]", 9, "horizons: must be a non-empty list of integers >= 1"),
     ("    horizons: [1, 2]", "    horizons: [1, 100000]", 9, "maximum horizon"),
     ("    seeds: 2", "    seeds: [3, 4]", 10, "seeds: seed 3 is a training seed"),
-    ("    seeds: 2", "    seeds: 2\n    knobs: {nope: 1}", 11, "unknown knob 'nope' for ledger; valid knobs:"),
+    ("    seeds: 2", "    seeds: 2\n    knobs: {nope: 1}", 11, "tasks[0].knobs: unknown knob 'nope' for ledger; valid knobs:"),
     ("    seeds: 2", "    seeds: 2\n    horizon: 3", 11, "tasks[0].unknown key 'horizon' (did you mean 'horizons'?)"),
     ("  - kind: agent", "  - kind: agnet", 7, "unknown kind 'agnet' (did you mean 'agent'?); valid kinds: agent, short_form"),
     ("name: t", "name: t\nexecutor: rya", 2, "executor: unknown executor 'rya' (did you mean 'ray'?); valid executors: local, ray"),
@@ -57,6 +57,13 @@ def test_each_error_names_the_line_the_value_and_the_choices(old, new, line, mes
 def test_every_problem_is_reported_at_once():
     text = GOOD.replace("tiny:llama", "tiny:nope").replace("w8-a16-kv:16", "w99").replace("ledger", "ledgr")
     assert [p.split(":")[1] for p in problems(text)] == ["2", "5", "8"]
+
+
+def test_a_bad_horizon_does_not_hide_a_bad_knob_in_the_same_task():
+    text = GOOD.replace("    horizons: [1, 2]", "    horizons: [0, 2]").replace("    seeds: 2", "    seeds: 2\n    knobs: {nope: 1}")
+    found = problems(text)
+    assert [p.split(":")[1] for p in found] == ["9", "11"], found
+    assert "unknown knob 'nope'" in found[1]
 
 
 def test_missing_required_keys_and_bad_yaml_are_named():
@@ -98,3 +105,15 @@ def test_executor_and_workers_are_read_and_leave_the_cells_unchanged():
     assert (sweep.executor, sweep.workers) == ("ray", 3)
     assert (parse_sweep(GOOD).executor, parse_sweep(GOOD).workers) == ("local", None)
     assert [c.key for c in unique_cells(sweep)] == [c.key for c in unique_cells(parse_sweep(GOOD))]
+
+
+def test_the_readme_sweep_example_passes_its_own_checks():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "tasks:" in b]
+    assert blocks, "README.md has no sweep example"
+    for block in blocks:
+        sweep = parse_sweep(block, "README.md")
+        assert sweep.models and sweep.specs and sweep.tasks

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--top", type=int, default=10, help="layers shown, worst first")
-    p.add_argument("--save", metavar="DIR", help="also save the really-quantized model (compressed-tensors layout)")
+    p.add_argument("--save", metavar="DIR", help="also save the really-quantized model (compressed-tensors layout) with its tokenizer")
     p.add_argument("--json", action="store_true", help="also print the whole report as one JSON line")
     p.set_defaults(func=run)
 
@@ -32,7 +32,7 @@ def run(args) -> int:
 
     try:
         spec = QuantSpec.parse(args.spec)
-        model, _ = _load(args.model, args.dtype)
+        model, tokenizer = _load(args.model, args.dtype)
     except ValueError as e:
         raise SystemExit(f"qdrift: {e}") from None
     model = model.to(args.device)
@@ -48,7 +48,12 @@ def run(args) -> int:
         from qdrift.real.checkpoint import save_quantized
 
         try:
-            print(f"saved: {save_quantized(quantize_real(model, spec, kernel=args.kernel), args.save)}")
+            saved = save_quantized(quantize_real(model, spec, kernel=args.kernel), args.save)
+            if tokenizer is None:
+                print(f"saved: {saved} (weights and config; {args.model} has no tokenizer to save)")
+            else:
+                tokenizer.save_pretrained(saved)  # a serving engine loads the checkpoint with its tokenizer
+                print(f"saved: {saved} (weights, config and tokenizer)")
         except ValueError as e:
             raise SystemExit(f"qdrift: {e}") from None
     if args.json:

@@ -4,7 +4,7 @@ It is the embedded default model: it installs with the package (bf16 safetensors
 loads offline with `from_pretrained(local_path)`, and acts in the built-in environments through
 its chat template with tools (Hermes `<tool_call>` format). How it was trained and what it reaches
 on held-out seeds is in `weights/MODEL_CARD.md`; `python -m qdrift.organism.train` retrains it
-and `python -m qdrift.organism.evaluate` re-measures it.
+and `python -m qdrift.organism.evaluate` re-measures it (by default on the formats it was trained on).
 
     model, tokenizer = load_organism()
 """

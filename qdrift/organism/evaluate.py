@@ -1,6 +1,6 @@
 """Measure the organism (or any local model) on held-out seeds: per-step accuracy and success by horizon.
 
-    python -m qdrift.organism.evaluate --horizons 1 4 16 64 200 --seeds 50
+    python -m qdrift.organism.evaluate --horizons 1 4 16 64 200 --seeds 50   # the trained formats
     python -m qdrift.organism.evaluate --spec w4g128-a16-kv:16 --envs ledger:echo=1 --seeds 100
 
 Episodes run through the ordinary runner (`qdrift.envs.runner.run_episodes` with
@@ -20,6 +20,9 @@ from pathlib import Path
 from qdrift.envs.registry import BUILTIN, TRAIN_SEEDS_BELOW, make_environment
 
 ENVS = tuple(BUILTIN)  # every built-in environment
+# The formats the organism was trained on (MODEL_CARD.md); the other defaults are out of its distribution.
+ORGANISM_ENVS = ("pointer_chase", "ledger:echo=1", "graph_nav:echo=1", "file_system:echo=1,words=1",
+                 "dict_sum:vmax=1,keyspace=1000")
 
 
 def summarize(episodes, steps) -> dict:
@@ -67,7 +70,9 @@ def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: i
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="a local model directory (default: the organism)")
-    ap.add_argument("--envs", nargs="+", default=list(ENVS))
+    ap.add_argument("--envs", nargs="+", default=list(ORGANISM_ENVS),
+                    help="environments as name or name:knob=v,...; default: the organism's trained formats "
+                         f"({' '.join(ORGANISM_ENVS)}); built-ins: {', '.join(ENVS)}")
     ap.add_argument("--horizons", nargs="+", type=int, default=[1, 4, 16, 64, 200])
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--batch", type=int, default=50)

@@ -44,3 +44,18 @@ def test_it_solves_heldout_pointer_chase_episodes(organism):
     assert all(s.schema_valid for s in steps)
     # the final answer call too: whole episodes succeed at this horizon (20 of 20 in the model card)
     assert sum(e.success for e in episodes) >= 7, [e.first_error_step for e in episodes]
+
+
+def test_evaluate_defaults_to_the_trained_formats_of_the_model_card(tmp_path, capsys):
+    import json
+    import re
+
+    from qdrift.organism.evaluate import ORGANISM_ENVS, main
+
+    card = (WEIGHTS / "MODEL_CARD.md").read_text()
+    command = re.search(r"`python -m qdrift\.organism\.evaluate --envs (.*?) --horizons", card, re.S).group(1)
+    assert tuple(command.split()) == ORGANISM_ENVS
+    main(["--horizons", "1", "--seeds", "1", "--out", str(tmp_path / "e.jsonl")])
+    rows = [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()]
+    assert tuple(r["env"] for r in rows) == ORGANISM_ENVS
+    assert all(r["success"] == 1.0 for r in rows), rows  # horizon 1, in distribution: 1.00 in the card

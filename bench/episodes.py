@@ -34,14 +34,20 @@ Other models and horizons (earlier weights): pointer_chase L = 32 2.1x at batch 
 8; plain ledger at batch 1 3.8x at L = 64 and 7.0x at L = 128; SmolLM2-135M, plain ledger L = 32,
 `--max-new-tokens 40`: tokens 19.5x, wall 2.2x (95.6 s vs 215.0 s); the tiny byte-level model 3.9x.
 
-So the wall target (>= 3x) holds at batch 8, as sweeps run, and is missed at batch 1. The wall
-ratio is 1 + (prefill time saved) / (decode time), and at batch 1 decoding dominates both runs:
-these environments' tool results are a few tokens against calls of 7-13 generated tokens, and one
-organism decode step costs 3.5-4.5 ms at any context from 10 to 800 tokens, as much as prefilling
-about 50 tokens. Of a step, about 2 ms are the 29 matrix-vector products (the weights, 18 MB, are
-read once per token) and about 0.5 ms attention; the rest is the per-operation cost of about 700
-small eager tensor operations a step (torch profiler, views included). The saving grows with the
-horizon and the batch (the rows above). What was tried against the decode step, in paired runs:
+So the wall target (>= 3x) holds at batch 8, as sweeps run, and is missed at batch 1. (1) prints
+where each run's time goes (the model's forwards timed by hooks, split into one-token decode
+forwards and wider ones). Two runs at batch 1 on a third day (2.5x and 2.5x; 1.08 s vs 2.67 s,
+1.24 s vs 3.15 s): the reuse run spends 0.75-0.82 s in 198 decode forwards (3.8-4.2 ms each), 0.22-
+0.29 s in 33 wider ones (the first prompt and each step's tool result) and 0.12 s outside the model;
+the re-prefill run spends the same in decoding and 1.70-2.12 s in its 33 whole-conversation
+prefills. At batch 1 decoding dominates because these environments' tool results are a few tokens
+against calls of 7-13 generated tokens. Of a decode forward, the 29 matrix-vector products alone
+(every linear layer applied to one token, back to back: the weights, 18 MB, are read once per
+token) take 1.15-2.06 ms; with every decode forward at that floor the ratio would be 3.3x-3.7x. So
+the gap to 3x is the eager per-operation cost of the rest of the step (attention 0.6 ms, then norms,
+rotary embedding, residuals and transformers' module plumbing: about 700 small tensor operations,
+torch profiler, views included), not the weights' bandwidth. The saving grows with the horizon and
+the batch (the rows above). What was tried against the decode step, in paired runs:
   - every linear weight stored column-major (the same shape and values, strides swapped, which
     MKL's matrix-vector product streams faster): 3.45 ms against 4.1 ms a step, wall ratio 2.7x
     against 2.45x in the same run. Not done: it changes the user's model in place, and the decode
@@ -59,6 +65,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import torch
 from transformers import DynamicCache
 
 from qdrift.backends.hf import HFPolicy
@@ -110,11 +117,60 @@ def envs(n, horizon, env):
     return [make_environment(name, horizon=horizon, seed=1_000_000 + i, **knobs) for i in range(n)]
 
 
+class ForwardClock:
+    """Seconds and calls of the model's forwards, split into decode (one token a row) and wider ones.
+
+    Hooks on the top module, so the runner's own code is untouched and both sides are timed alike.
+    """
+
+    def __init__(self, model):
+        self.decode_s = self.other_s = 0.0
+        self.decode_n = self.other_n = 0
+        self._t0 = 0.0
+        self._handles = [model.register_forward_pre_hook(self._start, with_kwargs=True),
+                         model.register_forward_hook(self._stop, with_kwargs=True)]
+
+    def _start(self, _module, _args, kwargs):
+        self._t0 = time.perf_counter()
+
+    def _stop(self, _module, _args, kwargs, _out):
+        dt = time.perf_counter() - self._t0
+        if kwargs["input_ids"].shape[1] == 1:
+            self.decode_s, self.decode_n = self.decode_s + dt, self.decode_n + 1
+        else:
+            self.other_s, self.other_n = self.other_s + dt, self.other_n + 1
+
+    def close(self):
+        for h in self._handles:
+            h.remove()
+
+
 def timed_run(policy, episodes):
-    """(seconds, forward tokens, each step's raw text keyed by (episode, step))."""
-    t0 = time.perf_counter()
-    _, steps = run_episodes(policy, episodes)
-    return time.perf_counter() - t0, policy.tokens_fed, {(s.episode, s.step): s.raw for s in steps}
+    """(seconds, forward tokens, each step's raw text keyed by (episode, step), the forwards' clock)."""
+    clock = ForwardClock(policy.model)
+    try:
+        t0 = time.perf_counter()
+        _, steps = run_episodes(policy, episodes)
+        wall = time.perf_counter() - t0
+    finally:
+        clock.close()
+    return wall, policy.tokens_fed, {(s.episode, s.step): s.raw for s in steps}, clock
+
+
+@torch.no_grad()
+def matmul_floor_s(model, batch: int, repeats: int = 200) -> float:
+    """Seconds of one decode step's matrix products alone: every linear layer applied to one token a
+    row, back to back. What a decode forward would cost with no other work at all."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    xs = [torch.randn(batch, 1, m.in_features, dtype=m.weight.dtype) for m in linears]
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            for m, x in zip(linears, xs, strict=True):
+                m(x)
+        best = min(best, (time.perf_counter() - t0) / repeats)
+    return best
 
 
 def same_text(a: dict, b: dict) -> str:
@@ -173,11 +229,21 @@ def bench_reuse(args, model, tok) -> None:
             return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
                                      envs(batch, args.horizon, args.env))
 
-        (r, reuse_tokens, reuse_text), (f, prefill_tokens, prefill_text) = paired_runs(
+        (r, reuse_tokens, reuse_text, rc), (f, prefill_tokens, prefill_text, fc) = paired_runs(
             args.repeats, run(HFPolicy), run(RePrefillPolicy))
         print(f"1. {args.env} L={args.horizon}, batch {batch}: forward tokens reuse {reuse_tokens:,} vs re-prefill "
               f"{prefill_tokens:,} (ratio {prefill_tokens / reuse_tokens:.1f}x, target >= 5x); wall {r:.2f} s vs "
               f"{f:.2f} s (ratio {f / r:.1f}x, target >= 3x); {same_text(reuse_text, prefill_text)}")
+        # Where the time goes, and the most any faster decode step could give: replace each decode
+        # forward's measured time by its matrix products alone (no attention, no per-op overhead).
+        floor = matmul_floor_s(model, batch)
+        for name, wall, c in (("reuse", r, rc), ("re-prefill", f, fc)):
+            print(f"   {name}: {c.decode_n} decode forwards {c.decode_s:.2f} s ({1e3 * c.decode_s / max(c.decode_n, 1):.2f} "
+                  f"ms each), {c.other_n} wider forwards {c.other_s:.2f} s, outside forwards "
+                  f"{wall - c.decode_s - c.other_s:.2f} s")
+        bound = (f - fc.decode_s + fc.decode_n * floor) / (r - rc.decode_s + rc.decode_n * floor)
+        print(f"   a decode step's matrix products alone: {1e3 * floor:.2f} ms; with every decode forward at that "
+              f"floor the wall ratio would be {bound:.1f}x")
 
 
 def bench_batch(args, model, tok) -> None:
@@ -198,7 +264,7 @@ def bench_cache(args, model, tok) -> None:
         return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
                                  envs(args.cache_batch, args.cache_horizon, args.env))
 
-    (a, _, a_text), (b, _, b_text) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
+    (a, _, a_text, _), (b, _, b_text, _) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
     print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a:.2f} s vs "
           f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x); {same_text(a_text, b_text)}")
 

@@ -5,7 +5,9 @@
      8 episodes in lockstep (sweeps run 50; re-prefilling then re-runs every row's conversation);
   2. episodes per second at batch 8 vs batch 1 (target >= 2.5x);
   3. the runner's in-place cache vs transformers' DynamicCache, which re-concatenates every cached
-     token on every forward (the held-out evaluation's largest cell: 20 episodes at L = 200).
+     token on every forward (the held-out evaluation's largest cell: 20 episodes at L = 200);
+  4. multi-token forwards with shared key/value heads (qdrift.backends.gqa_sdpa) vs transformers'
+     SDPA, which copies them under a mask, at L = 200 with 8 episodes batched.
 
 `--model organism` (the default) runs the shipped organism: whole-value tokens, so contexts are
 short and its calls are real calls that end at its end-of-turn token. The default environment is
@@ -17,7 +19,7 @@ byte-level contexts about ten times longer. `--model smollm2` runs SmolLM2-135M-
 tools, call opening prefilled): a model thirty times the organism's size, whose forward pass is
 mostly matrix work rather than Python overhead. Either way the point is the runner's cost, not the
 model's accuracy.
-`python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache]`
+`python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache|heads]`
 
 Measured on 2 CPU cores with the current organism weights (model card, runs 21, 22 and 24: the
 third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
@@ -96,6 +98,14 @@ class RePrefillPolicy(HFPolicy):
             self._session.tokens_fed = fed  # keep counting across the fresh caches
             self._fresh = False
         return super().respond(rows)
+
+
+class CopiedHeadsPolicy(HFPolicy):
+    """The runner with transformers' own SDPA throughout: masked multi-token feeds copy the key/value heads."""
+
+    def start(self, conversations, episode_seeds, policy_seeds=None):
+        super().start(conversations, episode_seeds, policy_seeds)
+        self._session.share_kv_heads = False
 
 
 class ConcatCachePolicy(HFPolicy):
@@ -188,11 +198,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--reuse-batch", type=int, default=8,
                    help="(1) runs at batch 1 and again with this many episodes in lockstep, as sweeps run them")
-    p.add_argument("--only", choices=["reuse", "batch", "cache"], default=None)
+    p.add_argument("--only", choices=["reuse", "batch", "cache", "heads"], default=None)
     # The held-out evaluation's largest cell: the copy the in-place cache avoids grows with batch x context.
     p.add_argument("--cache-horizon", type=int, default=200)
     p.add_argument("--cache-batch", type=int, default=20)
     p.add_argument("--batch-horizon", type=int, default=32)
+    p.add_argument("--heads-horizon", type=int, default=200)
+    p.add_argument("--heads-batch", type=int, default=8)
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
                    help="attention kernel; eager attention's cost grows with batch x context and hides batching")
     args = p.parse_args()
@@ -214,6 +226,8 @@ def main() -> None:
         bench_batch(args, model, tok)
     if args.only in (None, "cache"):
         bench_cache(args, model, tok)
+    if args.only in (None, "heads"):
+        bench_heads(args, model, tok)
 
 
 def paired_runs(repeats, a, b):
@@ -267,6 +281,18 @@ def bench_cache(args, model, tok) -> None:
     (a, _, a_text, _), (b, _, b_text, _) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
     print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a:.2f} s vs "
           f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x); {same_text(a_text, b_text)}")
+
+
+
+def bench_heads(args, model, tok) -> None:
+    def run(cls):
+        return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
+                                 envs(args.heads_batch, args.heads_horizon, args.env))
+
+    (a, _, a_text, ac), (b, _, b_text, bc) = paired_runs(args.repeats, run(HFPolicy), run(CopiedHeadsPolicy))
+    print(f"4. {args.env} L={args.heads_horizon}, {args.heads_batch} episodes batched: shared key/value heads {a:.2f} s "
+          f"vs transformers' copied heads {b:.2f} s (ratio {b / a:.2f}x; multi-token forwards {ac.other_s:.2f} s vs "
+          f"{bc.other_s:.2f} s); {same_text(a_text, b_text)}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from qdrift.backends.gqa_sdpa import applies_to, shared_kv_heads
 from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
 
@@ -54,6 +55,8 @@ class BatchSession:
         # Only each row's last position needs logits; models that take `logits_to_keep` skip the
         # output projection elsewhere (for a small vocabulary model about a third of prefill work).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # Masked multi-token feeds share key/value heads instead of copying them (bit-identical; gqa_sdpa).
+        self.share_kv_heads = applies_to(model)
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.tokens_fed = 0  # forward tokens over all rows, padding excluded
@@ -107,8 +110,9 @@ class BatchSession:
             at = torch.searchsorted(keep, last)
         else:
             at = last
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
-                         **kwargs)
+        with shared_kv_heads(self.model, self.share_kv_heads):
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
+                             **kwargs)
         self.mask = mask
         self.positions += lens
         self.tokens_fed += int(lens.sum())

@@ -27,25 +27,31 @@ third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
     and 2.9x at batch 1 (0.93 s vs 2.55 s; 0.99 s vs 2.87 s) and 7.3x / 7.8x at batch 8 (2.53 s vs
     18.37 s; 2.32 s vs 18.01 s); on the second day, with the reuse runs about a fifth slower,
     2.3x and 2.5x at batch 1 (1.16 s vs 2.68 s; 1.12 s vs 2.85 s) and 7.7x / 6.6x at batch 8 (2.55 s
-    vs 19.59 s; 3.41 s vs 22.34 s). Every run gave the same text at every step (33 steps at batch 1,
-    264 at batch 8) with the cache reused and re-prefilled.
-  - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x); on the second day 2.68 vs 0.79 (3.4x).
+    vs 19.59 s; 3.41 s vs 22.34 s). On a third day, three runs (the last with shared key/value
+    heads, (4), which change nothing measurable at L = 32): 2.5x, 2.5x and 2.5x at batch 1 (1.08 s vs
+    2.67 s; 1.24 s vs 3.15 s; 1.27 s vs 3.20 s) and 8.1x, 7.6x and 6.6x at batch 8 (2.62 s vs 21.22 s;
+    2.58 s vs 19.60 s; 2.98 s vs 19.61 s). Every run gave the same text at every step (33 steps at
+    batch 1, 264 at batch 8) with the cache reused and re-prefilled.
+  - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x); on the second day 2.68 vs 0.79 (3.4x);
+    on the third, with shared key/value heads, 3.24 vs 0.80 (4.0x).
   - (3), plain ledger L = 200, 20 episodes batched (earlier weights): in-place vs concatenating
     cache 137 s vs 281 s (2.05x).
+  - (4), ledger `echo=1`, L = 200, 8 episodes batched: shared vs copied key/value heads 28.98 s vs
+    40.44 s (1.40x; the multi-token forwards, each step's tool results, 10.39 s vs 20.50 s), the same
+    text at all 1,608 steps.
 Other models and horizons (earlier weights): pointer_chase L = 32 2.1x at batch 1 and 4.9x at batch
 8; plain ledger at batch 1 3.8x at L = 64 and 7.0x at L = 128; SmolLM2-135M, plain ledger L = 32,
 `--max-new-tokens 40`: tokens 19.5x, wall 2.2x (95.6 s vs 215.0 s); the tiny byte-level model 3.9x.
 
 So the wall target (>= 3x) holds at batch 8, as sweeps run, and is missed at batch 1. (1) prints
 where each run's time goes (the model's forwards timed by hooks, split into one-token decode
-forwards and wider ones). Two runs at batch 1 on a third day (2.5x and 2.5x; 1.08 s vs 2.67 s,
-1.24 s vs 3.15 s): the reuse run spends 0.75-0.82 s in 198 decode forwards (3.8-4.2 ms each), 0.22-
-0.29 s in 33 wider ones (the first prompt and each step's tool result) and 0.12 s outside the model;
-the re-prefill run spends the same in decoding and 1.70-2.12 s in its 33 whole-conversation
-prefills. At batch 1 decoding dominates because these environments' tool results are a few tokens
+forwards and wider ones). The three runs at batch 1 on the third day: the reuse run spends
+0.75-0.85 s in 198 decode forwards (3.8-4.3 ms each), 0.22-0.29 s in 33 wider ones (the first
+prompt and each step's tool result) and 0.12-0.15 s outside the model; the re-prefill run spends
+the same in decoding and 1.70-2.13 s in its 33 whole-conversation prefills. At batch 1 decoding dominates because these environments' tool results are a few tokens
 against calls of 7-13 generated tokens. Of a decode forward, the 29 matrix-vector products alone
 (every linear layer applied to one token, back to back: the weights, 18 MB, are read once per
-token) take 1.15-2.06 ms; with every decode forward at that floor the ratio would be 3.3x-3.7x. So
+token) take 1.15-2.06 ms; with every decode forward at that floor the ratio would be 3.3x-3.9x. So
 the gap to 3x is the eager per-operation cost of the rest of the step (attention 0.6 ms, then norms,
 rotary embedding, residuals and transformers' module plumbing: about 700 small tensor operations,
 torch profiler, views included), not the weights' bandwidth. The saving grows with the horizon and

@@ -68,7 +68,8 @@ def applies_to(model) -> bool:
 def shared_kv_heads(model, enabled: bool = True) -> Iterator[None]:
     """Run the model's forwards inside with the shared-head SDPA; restore `sdpa` after, even on error.
 
-    `enabled` should be `applies_to(model)`, computed once by the caller.
+    `enabled` should be `applies_to(model)`, computed once by the caller. Two threads that share a
+    model can at worst run some layers with the other function, which computes the same values.
     """
     if not enabled:
         yield

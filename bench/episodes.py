@@ -38,7 +38,9 @@ third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
     cache 137 s vs 281 s (2.05x).
   - (4), ledger `echo=1`, L = 200, 8 episodes batched: shared vs copied key/value heads 28.98 s vs
     40.44 s (1.40x; the multi-token forwards, each step's tool results, 10.39 s vs 20.50 s), the same
-    text at all 1,608 steps.
+    text at all 1,608 steps. SmolLM2-135M (three query heads per key/value head), pointer_chase
+    L = 16, 8 episodes, `--max-new-tokens 24`, one run: 65.07 s vs 73.09 s (1.12x; multi-token
+    forwards 18.93 s vs 22.57 s), the same text at all 136 steps.
 Other models and horizons (earlier weights): pointer_chase L = 32 2.1x at batch 1 and 4.9x at batch
 8; plain ledger at batch 1 3.8x at L = 64 and 7.0x at L = 128; SmolLM2-135M, plain ledger L = 32,
 `--max-new-tokens 40`: tokens 19.5x, wall 2.2x (95.6 s vs 215.0 s); the tiny byte-level model 3.9x.

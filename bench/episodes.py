@@ -22,7 +22,7 @@ model's accuracy.
 `python bench/episodes.py [--model tiny|smollm2] [--env NAME[:knob=INT,...]] [--only reuse|batch|cache|heads]`
 
 Measured on 2 CPU cores with the current organism weights (model card, runs 21, 22 and 24: the
-third stage at RoPE base 1e5), two runs of (1) back to back on each of two days:
+third stage at RoPE base 1e5), runs of (1) back to back on each of three days:
   - (1), ledger `echo=1`, L = 32: forward tokens 21.9x at batch 1 and 22.0x at batch 8; wall 2.8x
     and 2.9x at batch 1 (0.93 s vs 2.55 s; 0.99 s vs 2.87 s) and 7.3x / 7.8x at batch 8 (2.53 s vs
     18.37 s; 2.32 s vs 18.01 s); on the second day, with the reuse runs about a fifth slower,
@@ -50,8 +50,9 @@ where each run's time goes (the model's forwards timed by hooks, split into one-
 forwards and wider ones). The three runs at batch 1 on the third day: the reuse run spends
 0.75-0.85 s in 198 decode forwards (3.8-4.3 ms each), 0.22-0.29 s in 33 wider ones (the first
 prompt and each step's tool result) and 0.12-0.15 s outside the model; the re-prefill run spends
-the same in decoding and 1.70-2.13 s in its 33 whole-conversation prefills. At batch 1 decoding dominates because these environments' tool results are a few tokens
-against calls of 7-13 generated tokens. Of a decode forward, the 29 matrix-vector products alone
+the same in decoding and 1.70-2.13 s in its 33 whole-conversation prefills. At batch 1 decoding
+dominates because these environments' tool results are a few tokens against calls of 7-13
+generated tokens. Of a decode forward, the 29 matrix-vector products alone
 (every linear layer applied to one token, back to back: the weights, 18 MB, are read once per
 token) take 1.15-2.06 ms; with every decode forward at that floor the ratio would be 3.3x-3.9x. So
 the gap to 3x is the eager per-operation cost of the rest of the step (attention 0.6 ms, then norms,
@@ -74,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -163,8 +165,17 @@ class ForwardClock:
             h.remove()
 
 
-def timed_run(policy, episodes):
-    """(seconds, forward tokens, each step's raw text keyed by (episode, step), the forwards' clock)."""
+@dataclass
+class Run:
+    """One timed run: wall seconds, forward tokens, each step's raw text by (episode, step), its forwards."""
+
+    wall: float
+    tokens: int
+    texts: dict
+    clock: ForwardClock
+
+
+def timed_run(policy, episodes) -> Run:
     clock = ForwardClock(policy.model)
     try:
         t0 = time.perf_counter()
@@ -172,7 +183,12 @@ def timed_run(policy, episodes):
         wall = time.perf_counter() - t0
     finally:
         clock.close()
-    return wall, policy.tokens_fed, {(s.episode, s.step): s.raw for s in steps}, clock
+    return Run(wall, policy.tokens_fed, {(s.episode, s.step): s.raw for s in steps}, clock)
+
+
+def runs_of(args, model, tok, n, horizon):
+    """cls -> a callable that times one run of policy `cls` on n episodes at `horizon`."""
+    return lambda cls: lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens), envs(n, horizon, args.env))
 
 
 @torch.no_grad()
@@ -191,8 +207,9 @@ def matmul_floor_s(model, batch: int, repeats: int = 200) -> float:
     return best
 
 
-def same_text(a: dict, b: dict) -> str:
+def same_text(a: Run, b: Run) -> str:
     """Whether two runs of the same episodes produced the same text at every step, in words."""
+    a, b = a.texts, b.texts
     differ = sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
     return f"the same text at all {len(a)} steps" if not differ else f"text differs at {differ} of {len(a | b)} steps"
 
@@ -241,21 +258,18 @@ def main() -> None:
 def paired_runs(repeats, a, b):
     """Run a() and b() alternately, so machine noise hits both alike; each one's fastest run."""
     runs = [(a(), b()) for _ in range(repeats)]
-    fastest = lambda results: min(results, key=lambda result: result[0])  # noqa: E731
+    fastest = lambda results: min(results, key=lambda run: run.wall)  # noqa: E731
     return fastest([r[0] for r in runs]), fastest([r[1] for r in runs])
 
 
 def bench_reuse(args, model, tok) -> None:
     for batch in (1, args.reuse_batch):
-        def run(cls, batch=batch):
-            return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
-                                     envs(batch, args.horizon, args.env))
-
-        (r, reuse_tokens, reuse_text, rc), (f, prefill_tokens, prefill_text, fc) = paired_runs(
-            args.repeats, run(HFPolicy), run(RePrefillPolicy))
-        print(f"1. {args.env} L={args.horizon}, batch {batch}: forward tokens reuse {reuse_tokens:,} vs re-prefill "
-              f"{prefill_tokens:,} (ratio {prefill_tokens / reuse_tokens:.1f}x, target >= 5x); wall {r:.2f} s vs "
-              f"{f:.2f} s (ratio {f / r:.1f}x, target >= 3x); {same_text(reuse_text, prefill_text)}")
+        run = runs_of(args, model, tok, batch, args.horizon)
+        reuse, prefill = paired_runs(args.repeats, run(HFPolicy), run(RePrefillPolicy))
+        r, f, rc, fc = reuse.wall, prefill.wall, reuse.clock, prefill.clock
+        print(f"1. {args.env} L={args.horizon}, batch {batch}: forward tokens reuse {reuse.tokens:,} vs re-prefill "
+              f"{prefill.tokens:,} (ratio {prefill.tokens / reuse.tokens:.1f}x, target >= 5x); wall {r:.2f} s vs "
+              f"{f:.2f} s (ratio {f / r:.1f}x, target >= 3x); {same_text(reuse, prefill)}")
         # Where the time goes, and the most any faster decode step could give: replace each decode
         # forward's measured time by its matrix products alone (no attention, no per-op overhead).
         floor = matmul_floor_s(model, batch)
@@ -271,7 +285,7 @@ def bench_reuse(args, model, tok) -> None:
 def bench_batch(args, model, tok) -> None:
     b8, b1 = [], []
     for _ in range(args.repeats):
-        b8.append(timed_run(make_policy(HFPolicy, model, tok, args.max_new_tokens), envs(8, args.batch_horizon, args.env))[0])
+        b8.append(runs_of(args, model, tok, 8, args.batch_horizon)(HFPolicy)().wall)
         t0 = time.perf_counter()
         for e in envs(8, args.batch_horizon, args.env):
             run_episodes(make_policy(HFPolicy, model, tok, args.max_new_tokens), [e])
@@ -282,25 +296,18 @@ def bench_batch(args, model, tok) -> None:
 
 
 def bench_cache(args, model, tok) -> None:
-    def run(cls):
-        return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
-                                 envs(args.cache_batch, args.cache_horizon, args.env))
-
-    (a, _, a_text, _), (b, _, b_text, _) = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
-    print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a:.2f} s vs "
-          f"transformers' DynamicCache {b:.2f} s (ratio {b / a:.2f}x); {same_text(a_text, b_text)}")
-
+    run = runs_of(args, model, tok, args.cache_batch, args.cache_horizon)
+    a, b = paired_runs(args.repeats, run(HFPolicy), run(ConcatCachePolicy))
+    print(f"3. {args.env} L={args.cache_horizon}, {args.cache_batch} episodes batched: in-place cache {a.wall:.2f} s "
+          f"vs transformers' DynamicCache {b.wall:.2f} s (ratio {b.wall / a.wall:.2f}x); {same_text(a, b)}")
 
 
 def bench_heads(args, model, tok) -> None:
-    def run(cls):
-        return lambda: timed_run(make_policy(cls, model, tok, args.max_new_tokens),
-                                 envs(args.heads_batch, args.heads_horizon, args.env))
-
-    (a, _, a_text, ac), (b, _, b_text, bc) = paired_runs(args.repeats, run(HFPolicy), run(CopiedHeadsPolicy))
-    print(f"4. {args.env} L={args.heads_horizon}, {args.heads_batch} episodes batched: shared key/value heads {a:.2f} s "
-          f"vs transformers' copied heads {b:.2f} s (ratio {b / a:.2f}x; multi-token forwards {ac.other_s:.2f} s vs "
-          f"{bc.other_s:.2f} s); {same_text(a_text, b_text)}")
+    run = runs_of(args, model, tok, args.heads_batch, args.heads_horizon)
+    a, b = paired_runs(args.repeats, run(HFPolicy), run(CopiedHeadsPolicy))
+    print(f"4. {args.env} L={args.heads_horizon}, {args.heads_batch} episodes batched: shared key/value heads "
+          f"{a.wall:.2f} s vs transformers' copied heads {b.wall:.2f} s (ratio {b.wall / a.wall:.2f}x; multi-token "
+          f"forwards {a.clock.other_s:.2f} s vs {b.clock.other_s:.2f} s); {same_text(a, b)}")
 
 
 if __name__ == "__main__":

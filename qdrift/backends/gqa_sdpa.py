@@ -6,8 +6,8 @@ whenever a mask is given and more than one token is fed. That is every padded ba
 the runner: each step's tool results, prompts, teacher-forced replays. At a few thousand tokens of
 context that copy and the attention over the copies cost more than the rest of the forward.
 PyTorch's own SDPA shares the heads itself (`enable_gqa=True`), mask included, with bit-identical
-output on the CPU (tests compare the two on every shape the runner feeds), so only that branch is
-replaced here; every other call goes to transformers' function unchanged. One-token decode steps
+output on the CPU (tests compare the two on runner-style padded masks and on whole sessions), so
+only that branch is replaced here; every other call goes to transformers' function unchanged. One-token decode steps
 are not touched: transformers already avoids the copy for them.
 
 Written by hand because transformers enables the shared-head path only for unmasked attention on

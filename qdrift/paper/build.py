@@ -196,7 +196,8 @@ def build_paper(root: str | Path, run: bool = True, progress: bool = True) -> Pa
     if run:
         run_sweeps(cfg, progress)
     else:
-        missing = [store_path(cfg, p) for p in cfg.sweeps if not store_path(cfg, p).is_file()]
+        stores = [store_path(cfg, sweep) for sweep in cfg.sweeps]
+        missing = [path for path in stores if not path.is_file()]
         if missing:  # rendering would replace the built paper with one that has no results
             raise FileNotFoundError(
                 f"no store for {len(missing)} of the paper's sweeps: {', '.join(str(m) for m in missing)}; "

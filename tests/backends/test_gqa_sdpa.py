@@ -130,6 +130,9 @@ def test_it_applies_only_to_sdpa_models_on_the_cpu():
     assert model.config._attn_implementation == "eager" and not applies_to(model)
     model.set_attn_implementation("sdpa")
     assert applies_to(model)
+    elsewhere = tiny_model("llama")
+    elsewhere.set_attn_implementation("sdpa")
+    assert not applies_to(elsewhere.to("meta"))  # weights off the CPU
     with shared_kv_heads(model, enabled=False):
         assert model.config._attn_implementation == "sdpa"
     with shared_kv_heads(model):

@@ -26,7 +26,12 @@ module only. What a parser accepts, and how it is recorded in `ParsedTurn`:
   object ``"arguments"`` (vacuously True when there is no call region). Two lenient cases are
   *accepted* (a call is returned, ``error`` stays None) but recorded with ``json_valid=False``:
   arguments given as a JSON string that decodes to an object (decoded once, as vLLM does for
-  Hermes), and missing / null arguments (taken as ``{}``).
+  Hermes), and missing / null arguments (taken as ``{}``). Arguments under another key (Hermes
+  ``"parameters"``) are an error, not missing: they would be dropped.
+* ``leading_error`` is True when the first call region failed: ``calls[0]`` then comes from a later
+  region, and the episode runner scores the turn as having no valid call.
+* Hermes: a leading ``<think>...</think>`` block is content, so a ``<tool_call>`` it mentions is
+  not a call; a ``<tool_call>`` opened again before it is closed is an unterminated region.
 * An unterminated final ``<tool_call>`` whose JSON is complete is accepted without error, because a
   generation stopped on the ``</tool_call>`` stop string may come back without it; if its JSON is
   incomplete (truncated output) the region is an error.
@@ -60,6 +65,9 @@ class ParsedTurn:
     content: str  # text outside the call markup (stripped)
     error: str | None  # None if every call region parsed; else what was wrong
     json_valid: bool  # every call region was valid JSON, string "name", object "arguments"
+    # The first call region failed, so calls[0] (if any) comes from a later region: an agent whose
+    # environment answers one call per turn made a malformed call, whatever follows it.
+    leading_error: bool = False
 
 
 @runtime_checkable
@@ -103,6 +111,12 @@ def _call_from_obj(obj: Any, where: str, arg_keys: tuple[str, ...] = ("arguments
     if not isinstance(name, str) or not name.strip():
         return _Region(None, f"{where} has a \"name\" that is not a non-empty string: {name!r}", False)
     key = next((k for k in arg_keys if k in obj), None)
+    if key is None:
+        others = [k for k in obj if k not in ("name", "id", "type")]
+        if others:  # arguments given under another key are not "no arguments": they would be dropped
+            keys = ", ".join(json.dumps(k) for k in others[:3])
+            want = " or ".join(f'"{k}"' for k in arg_keys)
+            return _Region(None, f"{where} has no {want} (its other keys: {keys})", False)
     args = obj.get(key) if key is not None else None
     return _args_region(name, args, where, key or arg_keys[0])
 
@@ -127,7 +141,8 @@ def _turn(regions: list[_Region], content_parts: list[str]) -> ParsedTurn:
     calls = [r.call for r in regions if r.call is not None]
     error = next((r.error for r in regions if r.error is not None), None)
     content = "\n".join(p.strip() for p in content_parts if p.strip())
-    return ParsedTurn(calls=calls, content=content, error=error, json_valid=all(r.strict for r in regions))
+    return ParsedTurn(calls=calls, content=content, error=error, json_valid=all(r.strict for r in regions),
+                      leading_error=bool(regions) and regions[0].call is None)
 
 
 def _safe(parse):
@@ -135,11 +150,11 @@ def _safe(parse):
 
     def wrapper(self, text):
         if not isinstance(text, str):
-            return ParsedTurn([], "", f"expected model output as str, got {type(text).__name__}", False)
+            return ParsedTurn([], "", f"expected model output as str, got {type(text).__name__}", False, True)
         try:
             return parse(self, text)
         except Exception as exc:  # noqa: BLE001
-            return ParsedTurn([], text.strip(), f"{self.name} parser failed: {type(exc).__name__}: {exc}", False)
+            return ParsedTurn([], text.strip(), f"{self.name} parser failed: {type(exc).__name__}: {exc}", False, True)
 
     wrapper.__doc__ = parse.__doc__
     wrapper.__name__ = parse.__name__
@@ -166,6 +181,7 @@ class HermesParser:
     opening = "<tool_call>\n"
     stop_strings = ("</tool_call>",)
     _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+    _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
     def render(self, call: ToolCall) -> str:
         # Exactly what the Qwen2.5 template writes after "<|im_start|>assistant\n" for one call.
@@ -176,6 +192,10 @@ class HermesParser:
         regions: list[_Region] = []
         content: list[str] = []
         pos = 0
+        # A leading <think>...</think> block (Qwen3) is content: a "<tool_call>" it mentions is not a call.
+        if text.lstrip().startswith(self._THINK_OPEN) and self._THINK_CLOSE in text:
+            pos = text.index(self._THINK_CLOSE) + len(self._THINK_CLOSE)
+            content.append(text[:pos])
         while True:
             start = text.find(self._OPEN, pos)
             if start < 0:
@@ -200,6 +220,11 @@ class HermesParser:
                         break
                     continue
             end = text.find(self._CLOSE, body_start)
+            again = text.find(self._OPEN, body_start)
+            if 0 <= again and (end < 0 or again < end):  # opened again before closing: this one never closed
+                regions.append(self._region(text[body_start:again], terminated=False))
+                pos = again
+                continue
             if end < 0:
                 regions.append(self._region(text[body_start:], terminated=False))
                 break
@@ -232,8 +257,10 @@ class Llama3JsonParser:
     """Llama-3.x JSON tool calling: ``{"name": ..., "parameters": {...}}``, optionally after
     ``<|python_tag|>``.
 
-    A call region starts at ``<|python_tag|>`` if present, else at the first ``{"name"`` (or
-    ``[{"name"``); text before it is content. Several objects may follow each other, separated by
+    A call region starts at ``<|python_tag|>`` if present; else a turn that opens with ``{`` (or
+    ``[{``) is one, whatever the object's key order; else it starts at the first ``{"name"`` or
+    ``{"type"`` (``{"type": "function", "name": ...}``; or the same after ``[``), and text before
+    it is content. Several objects may follow each other, separated by
     ``;``, ``,`` or whitespace, or be given as one JSON list; text after the last object is content.
     Text with no call region is a plain (final) answer; a turn that starts with ``{`` but has no
     ``"name"`` counts as a bad call region (as in vLLM's llama3_json parser). Llama-3.2's "pythonic" ``[f(x=1)]`` form is
@@ -244,7 +271,11 @@ class Llama3JsonParser:
     opening = '{"name": "'
     stop_strings = ("<|eom_id|>", "<|eot_id|>")
     _TAG = "<|python_tag|>"
-    _START = re.compile(r'\[?\s*\{\s*"name"\s*:')
+    # A call object opens with "name" or "type" ({"type": "function", "name": ...}, as Llama-3.x often
+    # writes); an object or list at the very start of the turn (or after the tag) is a call region
+    # whatever its first key.
+    _START = re.compile(r'\[?\s*\{\s*"(?:name|type)"\s*:')
+    _LEADING = re.compile(r'\s*(?:\{|\[\s*\{)')
     _ARG_KEYS = ("parameters", "arguments")
 
     def render(self, call: ToolCall) -> str:
@@ -258,6 +289,8 @@ class Llama3JsonParser:
             before, start = text[:tag], tag + len(self._TAG)
             rest = text[start:]
             trailing_tag_text = rest
+            if self._LEADING.match(rest):
+                return self._parse_from(text, start + len(rest) - len(rest.lstrip()), [before])
             m = self._START.search(rest)
             if m is None or rest[: m.start()].strip():
                 # <|python_tag|> followed by something that is not a JSON call (e.g. a builtin
@@ -271,10 +304,10 @@ class Llama3JsonParser:
                     err = "empty tool call after <|python_tag|>"
                 return _turn([_Region(None, err, False)], [before])
             return self._parse_from(text, start + m.start(), [before])
+        if self._LEADING.match(text):  # the turn opens with JSON: a call region (a bad one without "name")
+            return self._parse_from(text, len(text) - len(text.lstrip()), [])
         m = self._START.search(text)
         if m is None:
-            if text.lstrip().startswith("{"):  # a JSON-looking turn with no "name": a bad call region
-                return self._parse_from(text, len(text) - len(text.lstrip()), [])
             return _turn([], [text])
         return self._parse_from(text, m.start(), [text[: m.start()]])
 

@@ -22,7 +22,7 @@ class StepRecord:
     step: int
     raw: str
     call: str | None  # the parsed call as JSON text, or None
-    json_valid: bool
+    json_valid: bool  # the turn holds a call and every call region is strict JSON (a turn with none is not)
     schema_valid: bool
     correct: bool  # equals the oracle's call
     oracle: str
@@ -85,14 +85,15 @@ def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = 
         for r in active:
             env, gen = envs[r], gens[r]
             parsed = parser.parse(gen.text)
-            call = parsed.calls[0] if parsed.calls else None
+            # One call a turn: the first region's. A malformed first call is not rescued by a later one.
+            call = parsed.calls[0] if parsed.calls and not parsed.leading_error else None
             oracle = env.oracle()
             result = env.step(call, gen.text)
             if not result.correct and first_error[r] is None:
                 first_error[r] = taken[r]
             steps.append(StepRecord(
                 first_id + r, env.name, env.horizon, env.seed, taken[r], gen.text, _call_json(call),
-                parsed.json_valid, schemas[r].check(call)[1] is None, result.correct, _call_json(oracle),
+                parsed.json_valid and call is not None, schemas[r].check(call)[1] is None, result.correct, _call_json(oracle),
                 result.observation, gen.tokens_in, gen.tokens_out, gen.logprob, gen.stop_reason,
                 parsed.error, getattr(gen, "error", None)))
             taken[r] += 1

@@ -277,11 +277,16 @@ def half_horizon(rows, config_col: str = "config", baseline: str | None = None, 
         if c == base:
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = boot[c] / boot[base]
-            point = est[c] / est[base] if est[base] != 0 else math.inf
+            ratio = boot[c] / boot[base]  # 0/0 and inf/inf give nan: such replicates have no ratio
+            point = float(np.float64(est[c]) / np.float64(est[base]))
         if np.isinf(est[c]) and np.isinf(est[base]):
-            point = math.nan
             notes.append(f"{c}/{base}: both L50 are inf (success never falls below 50%); the ratio is undefined (nan)")
+        elif est[c] == 0 and est[base] == 0:
+            notes.append(f"{c}/{base}: both L50 are 0 (success is below 50% at every horizon); the ratio is undefined (nan)")
+        undefined = int(np.isnan(ratio).sum())
+        if undefined:
+            notes.append(f"{c}/{base}: {undefined}/{n_boot} bootstrap ratios are undefined (0/0 or inf/inf) and "
+                         "left out of the interval")
         out.append({"quantity": "L50 ratio", config_col: f"{c}/{base}", "estimate": float(point),
                     "ci": _quantiles(ratio, alpha), "extrapolated": out[configs.index(c)]["extrapolated"]})
     method = {"cloglog": "binomial GLM, cloglog link on failure ~ log L (statsmodels); success = exp(-exp(a) L^b)",

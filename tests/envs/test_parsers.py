@@ -201,6 +201,30 @@ def test_hermes_missing_arguments_is_empty_but_flagged():
     assert turn.calls == [ToolCall("list_files", {})] and turn.error is None and not turn.json_valid
 
 
+def test_hermes_arguments_under_another_key_are_an_error_not_dropped():
+    turn = H.parse('<tool_call>\n{"name": "f", "parameters": {"a": 1}}\n</tool_call>')
+    assert turn.calls == [] and not turn.json_valid and turn.leading_error
+    assert turn.error == '<tool_call> has no "arguments" (its other keys: "parameters")'
+
+
+def test_hermes_tool_call_mentioned_in_thinking_or_prose_does_not_swallow_the_call():
+    thought = "<think>\nThe user wants the weather, so I will emit a <tool_call> for it.\n</think>\n\n"
+    turn = H.parse(thought + Q_ONE)
+    assert turn.calls == [W] and turn.error is None and not turn.leading_error
+    # outside a thinking block an opened, never-closed <tool_call> is a malformed first call
+    turn = H.parse("I will emit a <tool_call> now.\n" + Q_ONE)
+    assert turn.calls == [W] and turn.leading_error
+    assert turn.error.startswith("unterminated <tool_call> (invalid JSON")
+
+
+def test_leading_error_marks_a_malformed_first_call_only():
+    bad = '<tool_call>\n{"name": "f", "arguments": {]\n</tool_call>\n'
+    assert H.parse(bad + Q_ONE).leading_error
+    later = H.parse(Q_ONE + "\n" + bad)
+    assert later.calls == [W] and later.error is not None and not later.leading_error
+    assert not H.parse(Q_ONE).leading_error and not H.parse("no call here").leading_error
+
+
 # ------------------------------------------------------------------------------------- llama3_json
 
 L = Llama3JsonParser()
@@ -332,3 +356,16 @@ def test_never_raises(parser):
         assert isinstance(turn, ParsedTurn)
         assert isinstance(turn.calls, list) and isinstance(turn.content, str)
     assert parser.parse(None).error is not None  # type: ignore[arg-type]
+
+
+def test_llama_call_objects_in_any_key_order_and_type_first():
+    user = {"user": {"name": "Bob", "age": 3}}
+    set_user = ToolCall("set_user", user)
+    typed = '{"type": "function", "name": "set_user", "parameters": {"user": {"name": "Bob", "age": 3}}}'
+    ok(L.parse(typed), [set_user])
+    ok(L.parse("<|python_tag|>" + typed), [set_user])
+    ok(L.parse('{"parameters": {"user": {"name": "Bob", "age": 3}}, "name": "set_user"}'), [set_user])
+    ok(L.parse("Setting it. " + typed), [set_user], "Setting it.")  # not the "name" inside the arguments
+    ok(L.parse('{"name": "a", "parameters": {}}; {"type": "function", "name": "b", "parameters": {}}'),
+       [ToolCall("a", {}), ToolCall("b", {})])
+    ok(L.parse("[1, 2] are the values"), [], "[1, 2] are the values")  # a list of numbers is an answer

@@ -89,3 +89,40 @@ def test_a_row_whose_cache_pages_fail_the_check_ends_its_episode_and_the_others_
     for r in (0, 2):
         assert [s.raw for s in steps if s.episode == r] == [s.raw for s in clean_steps if s.episode == r]
         assert eps[r].stop_reason == clean_eps[r].stop_reason
+
+
+class Scripted:
+    """A policy that answers each turn with the next of `texts` (the hermes format)."""
+
+    def __init__(self, texts):
+        from qdrift.envs.parsers import get_parser
+
+        self.texts = list(texts)
+        self.prompt = type("Prompt", (), {"parser": get_parser("hermes")})()
+
+    def start(self, conversations, episode_seeds, policy_seeds=None):
+        pass
+
+    def extend(self, row, messages, tools):
+        pass
+
+    def respond(self, rows):
+        from qdrift.backends.generation import Generation
+
+        text = self.texts.pop(0)
+        return {r: Generation(text, [], 0.0, 1, 1, "eos") for r in rows}
+
+
+def test_a_turn_with_no_call_is_not_valid_json_and_a_malformed_first_call_is_not_rescued_by_a_second():
+    env = make_environment("ledger", horizon=3, seed=1_000_000)
+    env.reset()
+    amount = env.oracle().arguments["amount"]
+    right = f'<tool_call>\n{{"name": "apply", "arguments": {{"amount": {amount}}}}}\n</tool_call>'
+    broken = right.replace("}}", "}", 1)
+    turns = ["I will apply the amount.", broken + "\n" + right, right, "out of turns"]
+    _, steps = run_episodes(Scripted(turns), [make_environment("ledger", horizon=3, seed=1_000_000)])
+    prose, malformed, good, _ = steps
+    assert not prose.json_valid and not prose.schema_valid and not prose.correct and prose.call is None
+    assert not malformed.json_valid and not malformed.correct and malformed.call is None
+    assert malformed.parse_error.startswith("invalid JSON in <tool_call>")
+    assert good.json_valid and good.schema_valid and good.correct

@@ -114,6 +114,18 @@ def test_half_horizon_all_successes_is_inf_with_note():
     assert any("separated" in n for n in res.notes)
 
 
+def test_half_horizon_ratio_of_two_zero_l50_is_undefined_not_inf():
+    df = geometric(np.random.default_rng(8), {"baseline": 0.999999, "w4g128": 0.999999}, seeds=10,
+                   horizons=(1, 4))
+    assert not df["success"].any()  # every episode fails at its first step
+    res = half_horizon(df, n_boot=50)
+    assert res.row(quantity="L50", config="baseline")["estimate"] == 0.0
+    ratio = res.row(quantity="L50 ratio")
+    assert math.isnan(ratio["estimate"]) and all(math.isnan(v) for v in ratio["ci"])
+    assert any("both L50 are 0" in n for n in res.notes)
+    assert any("50/50 bootstrap ratios are undefined" in n for n in res.notes)
+
+
 def test_step_error_ratio_recovers_planted_ratio():
     df = geometric(np.random.default_rng(8), {"baseline": 0.02, "w4g128": 0.05})
     res = step_error_ratio(df)

@@ -190,8 +190,9 @@ def kaplan_meier(rows, config_col: str = "config", configs=None, alpha: float = 
     """Per config: statsmodels SurvfuncRight of the first-error time, the median and its interval.
 
     Time = steps survived including the failing one (error at 0-based step k -> time k + 1);
-    episodes without an error are censored at `steps`. A median that is never reached (survival
-    stays above 50%) is reported as inf. Bands: pointwise log(-log) Greenwood intervals, computed
+    episodes without an error are censored at `steps`. The median follows R's survival package
+    (`km_median`); one that is never reached (survival stays above 50%) is reported as inf.
+    Bands: pointwise log(-log) Greenwood intervals, computed
     here because SurvfuncRight only offers simultaneous bands.
     """
     df, chosen = _select(rows, config_col, configs)
@@ -212,7 +213,7 @@ def kaplan_meier(rows, config_col: str = "config", configs=None, alpha: float = 
             med, ci = math.inf, (math.inf, math.inf)
             notes.append(f"{c}: no errors; survival stays at 1, median inf")
         else:
-            med = float(sf.quantile(0.5))
+            med = km_median(np.asarray(sf.surv_times), s, float(time[m].max()))
             try:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ci = tuple(float(v) for v in sf.quantile_ci(0.5, alpha=alpha))
@@ -232,6 +233,25 @@ def kaplan_meier(rows, config_col: str = "config", configs=None, alpha: float = 
     return SurvivalCurves(title="Kaplan-Meier: steps to first error", method="SurvfuncRight (statsmodels)",
                           n={"episodes": len(df), "errors": int(event.sum())}, rows=out, notes=notes,
                           extra={"curves": curves, "config_col": config_col})
+
+
+def km_median(times: np.ndarray, surv: np.ndarray, last_time: float, tol: float = 1e-9) -> float:
+    """Median of a Kaplan-Meier curve (event `times`, survival `surv` after each), nan if never reached.
+
+    R survival's rule (quantile.survfit): where a horizontal line at 0.5 meets the step curve; if
+    the curve sits exactly at 0.5 on a segment, the segment's midpoint (to `last_time`, the last
+    observed time, when the segment runs to the end). Written here because statsmodels'
+    `SurvfuncRight.quantile` takes the first time with survival strictly below 0.5, which skips a
+    segment at exactly 0.5, common when episodes are few and times are whole steps.
+    """
+    below = np.flatnonzero(surv <= 0.5 + tol)
+    if len(below) == 0:
+        return math.nan
+    i = int(below[0])
+    if abs(surv[i] - 0.5) > tol:
+        return float(times[i])
+    end = float(times[i + 1]) if i + 1 < len(times) else float(last_time)
+    return (float(times[i]) + end) / 2
 
 
 def logrank(rows, config_col: str = "config", configs=None) -> Result:

@@ -1,6 +1,8 @@
 """Teacher-forced drift: zero for identical models, positive for quantized ones, equal to a direct
 full-sequence reference, and replayed in the same prefill/decode forwards as the recorded run."""
 
+import math
+
 import pytest
 import torch
 
@@ -109,3 +111,19 @@ def test_summarize_drift_by_hand():
     assert s["per_step"] == [{"step": 0, "tokens": 2, "mean_kl": 1.0, "flip_rate": 0.5},
                              {"step": 1, "tokens": 2, "mean_kl": 1.0, "flip_rate": 0.5}]
     assert summarize_drift([])["tokens"] == 0
+
+
+def test_kl_with_masked_vocabulary_entries_matches_scipy():
+    from scipy.special import rel_entr, softmax
+
+    from qdrift.envs.drift import _compare
+
+    inf = float("inf")
+    lb = torch.tensor([2.0, 1.0, -inf, 0.5])
+    lv = torch.tensor([1.0, 2.0, -inf, 0.0])
+    (d,) = _compare([0], [(None, 1, 3, 0)], {0: (lb, lv)}, {0: 7})
+    want = rel_entr(softmax(lb.double().numpy()), softmax(lv.double().numpy())).sum()
+    assert math.isfinite(d.kl) and d.kl == pytest.approx(want, rel=1e-12)
+    # a token only the variant rules out: the baseline's mass there has no cover, so KL is inf
+    (d,) = _compare([0], [(None, 1, 3, 0)], {0: (lv.flip(0), lv)}, {0: 7})
+    assert d.kl == inf

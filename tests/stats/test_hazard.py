@@ -75,6 +75,26 @@ def test_kaplan_meier_medians_and_frequency_weighting():
     assert len(ax.get_lines()) == 2
 
 
+def failing_at(times, censored_at=None) -> pd.DataFrame:
+    """Episodes failing at the given 1-based times, plus ones without an error censored at `censored_at`."""
+    rows = [{"steps": t, "first_error_step": t - 1} for t in times]
+    rows += [{"steps": t, "first_error_step": None} for t in (censored_at or [])]
+    return pd.DataFrame([{"episode": i, "env": "e", "horizon": 50, "seed": i, "trial": 0, "stop_reason": "done",
+                          "success": r["first_error_step"] is None, "config": "c", **r} for i, r in enumerate(rows)])
+
+
+def test_kaplan_meier_median_at_exactly_one_half_follows_r_survival():
+    # Uncensored, the median is the sample median (R's quantile.survfit: "mirrors the standard
+    # behavior of the median when data is uncensored"); with ten episodes survival is exactly 0.5
+    # from step 5 to 6, which statsmodels' strict-inequality quantile skips (it says 6).
+    for times in ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [2, 2, 3, 7, 9, 9], [3, 4, 4, 8, 11]):
+        med = kaplan_meier(failing_at(times)).row(config="c")["median_steps"]
+        assert med == float(np.median(times)), times
+    # Flat at 0.5 to the end of follow-up: the midpoint to the last observed time (R's rule), not inf.
+    res = kaplan_meier(failing_at([2] * 5, censored_at=[4] * 5))
+    assert res.row(config="c")["median_steps"] == 3.0 and not res.notes
+
+
 def geometric_counts(rng, p_by_config, n_per, horizon):
     """(events, at_risk, config, step) cells of geometric first errors censored at `horizon`."""
     ev, ar, cf, st = [], [], [], []

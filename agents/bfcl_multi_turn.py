@@ -41,8 +41,14 @@ SYSTEM_PROMPT = (
 
 class BFCLMultiTurn:
     name = "bfcl_multi_turn"
+    eval_only = True  # BFCL has no training split: make_environment(..., split="train") refuses it
 
-    def __init__(self, horizon: int, seed: int, category: str = "multi_turn_base", entry: int | None = None):
+    def __init__(self, horizon: int, seed: int, category: str = "multi_turn_base", entry: int | None = None,
+                 **unknown):
+        if unknown:
+            raise ValueError(f"unknown knob(s) {', '.join(sorted(unknown))} for {self.name}; its knobs are "
+                             "category and entry (no slack: each user turn allows exactly BFCL's ground-truth "
+                             "calls)")
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
             raise ValueError(f"horizon (the most user turns to play) must be a positive integer, got {horizon!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -144,7 +144,18 @@ def canonical(call: ToolCall, methods: dict[str, Any]) -> tuple | None:
     except TypeError:
         return None
     bound.apply_defaults()
-    return call.name, json.dumps(bound.arguments, sort_keys=True, default=str)
+    return call.name, json.dumps(_integral_floats_as_ints(bound.arguments), sort_keys=True, default=str)
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    """166.0 -> 166 throughout, so equal numbers compare equal (json.dumps writes them differently)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_integral_floats_as_ints(v) for v in value]
+    return value
 
 
 def execute(call: ToolCall, methods: dict[str, Any]) -> str:
@@ -154,16 +165,16 @@ def execute(call: ToolCall, methods: dict[str, Any]) -> str:
         return f"Error during execution: no function named {call.name!r}"
     try:
         result = method(**call.arguments)
+        if isinstance(result, str):
+            return result
+        if isinstance(result, dict):
+            try:
+                return json.dumps(result)
+            except (TypeError, ValueError):
+                pass
+        return str(result)  # inside the try: str() of a huge integer raises
     except Exception as e:  # noqa: BLE001 - a failing call is an observation, as in BFCL
         return f"Error during execution: {e}"
-    if isinstance(result, str):
-        return result
-    if isinstance(result, dict):
-        try:
-            return json.dumps(result)
-        except (TypeError, ValueError):
-            return str(result)
-    return str(result)
 
 
 def check_turn(model_instances: dict, truth_instances: dict, model_results: list[str],

@@ -131,4 +131,7 @@ def make_environment(ref: str, horizon: int, seed: int, *, split: str | None = N
     """An instance of environment `ref`; `split` ("train"/"eval") enforces the seed split."""
     if isinstance(seed, int) and not isinstance(seed, bool):
         check_split(seed, split)
-    return load_environment(ref)(horizon, seed, **knobs)
+    cls = load_environment(ref)
+    if split == "train" and getattr(cls, "eval_only", False):
+        raise ValueError(f"{ref} has no training split (every instance is evaluation data); use split='eval' or None")
+    return cls(horizon, seed, **knobs)

@@ -148,6 +148,9 @@ class ToolSchemas:
         for key, value in args.items():
             if isinstance(value, float) and not math.isfinite(value):
                 return None, f"tool '{name}': argument '{key}' expected {describe(props.get(key, {}))}, got {value}"
+            if _has_huge_integer(value, props.get(key, {}).get("type") == "integer"):
+                return None, (f"tool '{name}': argument '{key}' holds an integer outside the range JSON keeps "
+                              f"exactly (at most 2^53 - 1 = {MAX_JSON_INT} in size, RFC 7493)")
         errors = sorted(self.validators[name].iter_errors(args), key=lambda e: [str(p) for p in e.path])
         if errors:
             err = errors[0]
@@ -163,6 +166,27 @@ class ToolSchemas:
                 value = int(value)
             normalized[key] = value
         return ToolCall(name, normalized), None
+
+
+MAX_JSON_INT = 2**53 - 1
+
+
+def _has_huge_integer(value: Any, integer_typed: bool) -> bool:
+    """Whether `value` holds an integer (or, for an integer argument, an integral float) beyond
+    MAX_JSON_INT. Such numbers are refused rather than executed: they are not interoperable JSON,
+    and arithmetic on them can grow without bound (a 4,301-digit balance cannot even be printed)."""
+    if integer_typed and isinstance(value, float) and value.is_integer():
+        return abs(value) > MAX_JSON_INT
+    stack = [value]
+    while stack:  # iterative: model output can nest deeper than the recursion limit
+        v = stack.pop()
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_JSON_INT:
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 def call_text(call: ToolCall | None) -> str:

@@ -101,3 +101,27 @@ def test_episode_runner_drives_it_with_the_organism():
     episodes, steps = run_episodes(HFPolicy(model, tok, tool_prompt_for(tok), max_new_tokens=24), [e])
     assert len(steps) == e.horizon and episodes[0].steps == e.horizon
     assert all(s.oracle and s.env == "bfcl_multi_turn" for s in steps)
+
+
+def test_equal_numbers_are_the_same_argument():
+    e = env(63)  # multi_turn_base_63: liter_to_gallon(liter=166), a "number" parameter
+    assert e.oracle() == ToolCall("liter_to_gallon", {"liter": 166})
+    assert e.step(ToolCall("liter_to_gallon", {"liter": 166.0})).correct
+    e.reset()
+    assert not e.step(ToolCall("liter_to_gallon", {"liter": 166.5})).correct
+
+
+def test_a_result_too_large_to_print_is_an_execution_error_not_a_crash():
+    e = env(15)  # a MathAPI entry
+    r = e.step(ToolCall("power", {"base": 10, "exponent": 5000}))
+    assert r.valid and r.observation.startswith("Error during execution")
+
+
+def test_bfcl_has_no_training_split_and_names_its_knobs():
+    from qdrift.envs.registry import make_environment
+
+    with pytest.raises(ValueError, match="no training split"):
+        make_environment("bfcl_multi_turn", 1, 5, split="train")
+    assert make_environment("bfcl_multi_turn", 1, 1_000_005, split="eval").entry_index >= 0
+    with pytest.raises(ValueError, match="unknown knob.*slack.*category and entry"):
+        make_environment("bfcl_multi_turn", 1, 5, slack=2)

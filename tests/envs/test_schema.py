@@ -70,3 +70,32 @@ def test_bad_schema_is_rejected_at_construction():
 def test_call_text_is_compact_json():
     assert call_text(ToolCall("apply", {"amount": -3})) == '{"arguments":{"amount":-3},"name":"apply"}'
     assert call_text(None) == "null"
+
+
+def test_integers_beyond_what_json_keeps_exactly_are_refused_not_executed():
+    s = ToolSchemas([function_tool("add", "Add.", {"n": {"type": "integer"}, "xs": {"type": "array"}}, ["n"])])
+    limit = 2**53 - 1
+    assert s.check(ToolCall("add", {"n": limit, "xs": [-limit]}))[1] is None
+    for args in ({"n": limit + 1}, {"n": -(10**4300)}, {"n": 1e308}, {"n": 1, "xs": [[{"a": 2**60}]]}):
+        out, err = s.check(ToolCall("add", args))
+        assert out is None and "outside the range JSON keeps exactly" in err and "RFC 7493" in err, args
+    assert s.check(ToolCall("add", {"n": 1, "xs": [1e300]}))[1] is None  # a non-integer number is not an integer
+
+
+@pytest.mark.parametrize("env_name, knobs, calls", [
+    ("ledger", {}, [("apply", "amount")]),
+    ("dict_sum", {"slack": 2}, [("report", "total"), ("report", "total")]),
+])
+def test_a_huge_number_from_the_model_is_a_scored_error_step(env_name, knobs, calls):
+    from qdrift.envs.parsers import get_parser
+    from qdrift.envs.registry import make_environment
+
+    env = make_environment(env_name, horizon=3, seed=0, **knobs)
+    env.reset()
+    nines = "9" * 4300  # the longest integer Python's json accepts
+    for tool, arg in calls:
+        text = f'<tool_call>\n{{"name": "{tool}", "arguments": {{"{arg}": {nines}}}}}\n</tool_call>'
+        (call,) = get_parser("hermes").parse(text).calls
+        result = env.step(call, text)
+        assert result.observation.startswith("error:") and not result.valid and not result.correct
+    env.expected(), env.success()  # the state stays printable and checkable

@@ -13,10 +13,16 @@ import torch
 
 from qdrift.backends.generation import Generation  # noqa: F401 - re-exported: qdrift.backends.hf.Generation
 from qdrift.backends.session import BatchSession
+from qdrift.envs.prompting import example_call
 
 
 class TemplateMismatch(RuntimeError):
-    """The chat template re-rendered earlier turns differently, so the cache cannot be extended."""
+    """The chat template cannot render the runner's conversation, or re-renders earlier turns
+    differently, so the cache cannot be extended."""
+
+
+_PROMPTED_HINT = ("drive the model with prompted tools instead (tool_prompt_for(tokenizer, mode=\"prompted\")), "
+                  "which sends tool results as plain user turns")
 
 
 @dataclass
@@ -79,6 +85,8 @@ class HFPolicy:
         given, replaces `self.seed` for that row, so one batch can hold several trials of one episode
         and each row samples exactly as a policy with that seed would alone.
         """
+        if conversations:
+            self._check_template(*conversations[0])
         self._session = BatchSession(self.model, len(conversations), self.tokenizer.pad_token_id,
                                      paged=self.paged_kv, page_size=self.page_size)
         self._cached = [self._render(m, t) for m, t in conversations]
@@ -93,13 +101,31 @@ class HFPolicy:
                 base = self.seed if policy_seeds is None else policy_seeds[r]
                 self._generators[r] = torch.Generator(device=device).manual_seed(base * 1_000_003 + s)
 
+    def _check_template(self, messages: list[dict], tools: list[dict]) -> None:
+        """Before any generation: the template must render the conversation the runner builds (each
+        assistant turn as its raw text, then a tool message with the tool's name). Some native
+        templates refuse that shape (Mistral-7B-Instruct-v0.3's wants 9-character tool call ids)."""
+        call = example_call(tools)
+        probe = [*messages, {"role": "assistant", "content": self.prompt.parser.render(call)},
+                 {"role": "tool", "name": call.name, "content": "ok"}]
+        try:
+            self._render(probe, tools)
+        except Exception as e:  # noqa: BLE001 - any template failure is the same setup error
+            raise TemplateMismatch(
+                f"the chat template of {getattr(self.tokenizer, 'name_or_path', '') or 'the model'!r} "
+                f"({self.prompt.describe()}) cannot render an assistant turn as raw text followed by a tool "
+                f"result: {type(e).__name__}: {e}; {_PROMPTED_HINT}") from e
+
     def extend(self, row: int, messages: list[dict], tools: list[dict]) -> None:
         """The conversation of `row` grew (a tool result); queue only the new text."""
         target = self._render(messages, tools)
         if not target.startswith(self._cached[row]):
             raise TemplateMismatch(
-                "the chat template renders earlier turns differently once the conversation grows, so the "
-                "cached tokens cannot be extended; use a template whose renderings are prefixes of each other"
+                f"the chat template ({self.prompt.describe()}) renders earlier turns differently once the "
+                "conversation grows (e.g. it reformats the assistant's raw text), so the cached tokens cannot "
+                "be extended; give the tokenizer a chat template that writes each assistant turn's raw text "
+                "verbatim (tokenizer.chat_template = ...), or, where only its tool messages are rewritten, use "
+                "prompted tools (tool_prompt_for(tokenizer, mode=\"prompted\"))"
             )
         self._pending[row] = self._encode(target[len(self._cached[row]):])
         self._cached[row] = target

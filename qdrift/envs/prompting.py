@@ -150,7 +150,9 @@ def _fn(tool: dict) -> dict:
     return tool.get("function", tool) if isinstance(tool, dict) else {}
 
 
-def _example_call(tools: list[dict]) -> ToolCall:
+def example_call(tools: list[dict]) -> ToolCall:
+    """A call to the first tool with placeholder values for its required arguments: the format
+    example in prompted tools, and the probe a policy renders to check a template before running."""
     fn = _fn(tools[0]) if tools else {}
     params = fn.get("parameters") or {}
     props = params.get("properties") or {}
@@ -162,7 +164,7 @@ def _example_call(tools: list[dict]) -> ToolCall:
 def tools_system_prompt(tools: list[dict], parser: ToolCallParser) -> str:
     """The system-message text that describes the tools and the call format (prompted mode)."""
     schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    example = parser.render(_example_call(tools))
+    example = parser.render(example_call(tools))
     return (
         "# Tools\n\n"
         "You can call the following tools. Each is given as a JSON schema of its name, description "

@@ -43,6 +43,18 @@ class ChatEndpoint(Protocol):
     def complete(self, body: dict, request_id: str) -> Outcome: ...
 
 
+def _end_torn_line(journal: Path) -> None:
+    """Close a torn last line (a killed run) so the next record starts on a line of its own instead
+    of being glued onto the fragment and lost."""
+    if journal.exists() and journal.stat().st_size:
+        with journal.open("rb") as f:
+            f.seek(-1, 2)
+            torn = f.read(1) != b"\n"
+        if torn:
+            with journal.open("a", encoding="utf-8") as f:
+                f.write("\n")
+
+
 def read_journal(path: Path) -> dict[str, Outcome]:
     """The latest outcome per request id; a torn last line (a killed run) is ignored."""
     done: dict[str, Outcome] = {}
@@ -73,6 +85,7 @@ def replay(endpoint: ChatEndpoint, requests: Iterable[tuple[str, dict]], journal
     journal = Path(journal)
     journal.parent.mkdir(parents=True, exist_ok=True)
     outcomes = read_journal(journal)
+    _end_torn_line(journal)
     todo = [(rid, body) for rid, body in requests if not (rid in outcomes and outcomes[rid].ok)]
     lock = threading.Lock()
 

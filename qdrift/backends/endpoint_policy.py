@@ -50,16 +50,20 @@ class EndpointPrompt:
 
 
 def render_tool_call(call: dict) -> str:
-    """One OpenAI tool call as Hermes text; arguments that are not a JSON object stay a string."""
+    """One OpenAI tool call as Hermes text.
+
+    `arguments` arrives JSON-encoded (the wire format), so it is decoded exactly once, whatever it
+    holds: the text then carries the arguments as the model wrote them (an object; or a string, or
+    null, which the parser takes leniently, as it does from a local model). Only arguments that are
+    not JSON at all stay the raw string.
+    """
     fn = call.get("function") or {}
     args = fn.get("arguments")
     if isinstance(args, str):
         try:
-            decoded = json.loads(args)
+            args = json.loads(args)
         except json.JSONDecodeError:
-            decoded = None
-        if isinstance(decoded, dict):
-            args = decoded
+            pass
     return "<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
 
 
@@ -189,20 +193,24 @@ class EndpointPolicy:
         if not out.ok:
             self._failed[row] = out.reason
             return self._error(f"{out.reason}: {out.error}" if out.error else str(out.reason))
-        try:
+        try:  # every field read from the reply, so a reply of the wrong shape is a failed step, not a crash
             choice = out.response["choices"][0]
             message = dict(choice["message"])
-        except (KeyError, IndexError, TypeError):
+            calls = [dict(c) for c in message.get("tool_calls") or []]
+            text, logprob = assistant_text(message), _logprob(choice)
+            usage = out.response.get("usage") or {}
+            tokens_in, tokens_out = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self._failed[row] = "bad_response"
-            return self._error("bad_response: the response has no choices[0].message")
-        calls = [dict(c) for c in message.get("tool_calls") or []]
+            return self._error(f"bad_response: the reply is not a chat completion of the expected shape "
+                               f"({type(e).__name__}: {str(e)[:200]})")
         for i, c in enumerate(calls):  # a call id is needed to answer the call; some servers omit it
             c["id"] = c.get("id") or f"call_{self._turn[row]}_{i}"
-        wire_msg = {"role": "assistant", "content": message.get("content")}
+        # Null content is allowed only beside tool calls (OpenAI answers 400 to it otherwise).
+        content = message.get("content")
+        wire_msg = {"role": "assistant", "content": content if (content is not None or calls) else ""}
         if calls:
             wire_msg["tool_calls"] = calls
         self._wire[row].append(wire_msg)
-        usage = out.response.get("usage") or {}
-        return Generation(text=assistant_text(message), token_ids=[], logprob=_logprob(choice),
-                          tokens_in=_count(usage, "prompt_tokens"), tokens_out=_count(usage, "completion_tokens"),
+        return Generation(text=text, token_ids=[], logprob=logprob, tokens_in=tokens_in, tokens_out=tokens_out,
                           stop_reason=str(choice.get("finish_reason") or "unknown"))

@@ -44,7 +44,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -55,6 +55,15 @@ from qdrift.backends.sse import StreamError, assemble_stream, sse_data
 log = logging.getLogger(__name__)
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _header_safe(value: str) -> bool:
+    """Printable ASCII only: what an HTTP header value can carry as is."""
+    return all(32 <= ord(c) < 127 for c in value)
+
+
+def _shorten(detail: str, limit: int = 600) -> str:
+    return detail if len(detail) <= limit else detail[:limit] + f"... ({len(detail)} characters)"
 
 
 def is_retried(reason: str) -> bool:
@@ -127,6 +136,10 @@ class OpenAIEndpoint:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 (1 = no retries), got {self.max_attempts}")
         self._key = load_api_key(self.api_key_env, self.config_file, required=self.require_api_key)
+        if self._key is not None and not _header_safe(self._key.reveal()):
+            where = f"config file {self.config_file}" if self.config_file is not None else f"env {self.api_key_env}"
+            raise ValueError(f"the API key from {where} holds characters an HTTP header cannot carry (non-ASCII "
+                             "or control characters); check that the whole value is the key")
         self.name = self.name or f"openai:{self.model}@{self.base_url}"
         self._rng = random.Random(self.seed)
         self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s),
@@ -158,7 +171,8 @@ class OpenAIEndpoint:
     # ------------------------------------------------------------------------------------ sending
 
     def _headers(self, request_id: str) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "X-Request-ID": str(request_id)}
+        rid = str(request_id)
+        headers = {"Content-Type": "application/json", "X-Request-ID": rid if _header_safe(rid) else quote(rid, safe="")}
         if self._key is not None:
             headers["Authorization"] = f"Bearer {self._key.reveal()}"
         return headers
@@ -180,7 +194,7 @@ class OpenAIEndpoint:
                 response, status = self._attempt(body, request_id)
                 return Outcome(request_id, True, response, status, None, attempt, time.monotonic() - t0)
             except _Failed as f:
-                detail = scrub(f.detail, self._key)
+                detail = _shorten(scrub(f.detail, self._key))  # scrubbed whole: a cut could split the key
                 if not is_retried(f.reason) or attempt == self.max_attempts:
                     if is_retried(f.reason):
                         detail = f"attempts exhausted ({attempt} of {self.max_attempts}): {detail}"
@@ -216,16 +230,21 @@ class OpenAIEndpoint:
                         raise _Failed("truncated_stream", f"the stream from {where} broke off: {type(e).__name__}: {e}",
                                       r.status_code) from None
                 return self._parse_json(r.read(), where, r.status_code), r.status_code
+        except httpx.PoolTimeout:  # never sent: every connection was busy
+            raise _Failed("timeout", f"no free connection to {where} within {self.timeout_s} s: more requests in "
+                          f"flight than max_connections ({self.max_connections}); the request was not sent") from None
         except httpx.TimeoutException as e:
             raise _Failed("timeout", f"no response from {where} within {self.timeout_s} s ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise _Failed("connection", f"could not reach {where}: {type(e).__name__}: {e}") from None
+        except httpx.HTTPError as e:  # e.g. a body whose content encoding does not decode
+            raise _Failed("malformed_body", f"{where} sent a response httpx could not read: {type(e).__name__}: {e}") from None
 
     def _check_status(self, r: httpx.Response) -> None:
         if 200 <= r.status_code < 300:
             return
         try:
-            snippet = r.read().decode("utf-8", "replace")[:300]
+            snippet = r.read().decode("utf-8", "replace")  # shortened after the key is scrubbed
         except httpx.HTTPError:
             snippet = ""
         retry_after = parse_retry_after(r.headers.get("retry-after")) if r.status_code in RETRIED_STATUSES else None

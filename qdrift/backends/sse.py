@@ -46,14 +46,25 @@ def _choice(choices: dict[int, dict], index: int) -> dict:
                                       "finish_reason": None, "logprobs": None, "_calls": {}})
 
 
-def _merge_call(calls: dict[int, dict], delta: dict) -> None:
-    slot = calls.setdefault(delta.get("index", len(calls)),
-                            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+def _merge_call(calls: dict[tuple[int, int], dict], delta: dict) -> None:
+    """Add one streamed tool-call piece. Pieces are keyed by their `index`, but some servers (SGLang,
+    Ollama, NVIDIA Dynamo) send every parallel call with index 0: a piece that brings a different id,
+    or a name when the open call already has a name and arguments, starts a new call."""
+    index = delta.get("index", len({i for i, _ in calls}))
+    open_keys = [k for k in calls if k[0] == index]
+    slot = calls[open_keys[-1]] if open_keys else None
+    fn = delta.get("function") or {}
+    if slot is not None and (
+            (delta.get("id") and slot["id"] and delta["id"] != slot["id"])
+            or (not delta.get("id") and fn.get("name") and slot["function"]["name"] and slot["function"]["arguments"])):
+        slot = None
+    if slot is None:
+        slot = calls[(index, len(open_keys))] = {"id": None, "type": "function",
+                                                 "function": {"name": "", "arguments": ""}}
     if delta.get("id"):
         slot["id"] = delta["id"]
     if delta.get("type"):
         slot["type"] = delta["type"]
-    fn = delta.get("function") or {}
     for key in ("name", "arguments"):
         if isinstance(fn.get(key), str):
             slot["function"][key] += fn[key]
@@ -80,7 +91,8 @@ def assemble_stream(payloads: Iterable[str]) -> dict:
         if not isinstance(chunk, dict):
             raise StreamError("malformed_json", f"stream event {n} is a JSON {type(chunk).__name__}, not an object")
         if "error" in chunk:
-            raise StreamError("stream_error", f"the server reported an error in the stream: {str(chunk['error'])[:300]}")
+            # Not shortened here: the client scrubs the API key from the whole text, then shortens it.
+            raise StreamError("stream_error", f"the server reported an error in the stream: {chunk['error']}")
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in chunk:
                 head.setdefault(key, chunk[key])
@@ -93,6 +105,10 @@ def assemble_stream(payloads: Iterable[str]) -> dict:
             if isinstance(delta.get("content"), str):
                 c["message"]["content"] = (c["message"]["content"] or "") + delta["content"]
             for call in delta.get("tool_calls") or []:
+                if not isinstance(call, dict) or isinstance(call.get("index", 0), bool) \
+                        or not isinstance(call.get("index", 0), int):
+                    raise StreamError("malformed_json", f"stream event {n} has a tool call piece that is not an "
+                                      f"object with an integer index: {str(call)[:100]}")
                 _merge_call(c["_calls"], call)
             logprobs = (ch.get("logprobs") or {}).get("content")
             if logprobs:

@@ -14,6 +14,8 @@ its last message asks for (`fault:<step>` anywhere in it), else "ok". Steps:
     truncated     200 text/event-stream cut off before [DONE]
     html          200 text/html
     echo_auth     401 whose body echoes the Authorization header (a leaky server)
+    echo_auth_late the same, with the header starting 280 characters into the body
+    bad_gzip      200 application/json whose body claims gzip encoding but is not gzip
 
 Every request is recorded in `server.hits` as (request id, monotonic time, Authorization header).
 """
@@ -144,6 +146,10 @@ class FaultServer:
                     self._send(200, b'{"object": "list", "data": []}', js)
                 elif step == "html":
                     self._send(200, b"<html><body>Bad gateway</body></html>", "text/html; charset=utf-8")
+                elif step == "echo_auth_late":
+                    self._send(401, json.dumps({"error": "x" * 270 + f" credentials: {auth}"}).encode(), js)
+                elif step == "bad_gzip":
+                    self._send(200, b"this is not gzip", js, {"Content-Encoding": "gzip"})
                 elif step == "echo_auth":
                     self._send(401, json.dumps({"error": f"invalid credentials: {auth}"}).encode(), js)
                 elif step.startswith("429date:"):

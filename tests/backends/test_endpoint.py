@@ -48,3 +48,14 @@ def test_duplicate_ids_and_bad_concurrency_are_rejected(tmp_path):
         replay(Flaky(), [("a", {"x": 1}), ("a", {"x": 2})], tmp_path / "j.jsonl")
     with pytest.raises(ValueError, match="concurrency"):
         replay(Flaky(), [("a", {"x": 1})], tmp_path / "j.jsonl", concurrency=0)
+
+
+def test_a_rerun_after_a_torn_line_keeps_every_new_record(tmp_path):
+    j = tmp_path / "j.jsonl"
+    j.write_text(json.dumps(Outcome("a", True, {}, 200, None, 1, 0.1).row()) + "\n{\"request_id\": \"b\", \"ok")
+    ep = Flaky()
+    replay(ep, [("a", {"x": 0}), ("b", {"x": 1}), ("c", {"x": 2})], j, concurrency=1)
+    assert ep.seen == ["b", "c"]
+    assert sorted(read_journal(j)) == ["a", "b", "c"]  # b's new record is not glued onto its torn line
+    replay(ep, [("a", {"x": 0}), ("b", {"x": 1}), ("c", {"x": 2})], j)
+    assert ep.seen == ["b", "c"]  # successes are never sent again

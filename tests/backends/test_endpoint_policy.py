@@ -133,3 +133,51 @@ def test_policy_drives_the_http_client_end_to_end(fault_server):
     row1 = [s for s in steps if s.episode == 1]
     assert row1[0].stop_reason == "endpoint_error" and row1[0].policy_error.startswith("http_500")
     assert policy.describe()["endpoint"]["model"] == "m"
+
+
+def test_arguments_are_decoded_once_so_endpoint_and_local_text_score_alike():
+    parser = HermesParser()
+    # vLLM json.dumps-es whatever the model wrote as "arguments": here a string holding an object
+    wire = {"function": {"name": "lookup", "arguments": json.dumps('{"key": "k1"}')}}
+    local = '<tool_call>\n{"name": "lookup", "arguments": "{\\"key\\": \\"k1\\"}"}\n</tool_call>'
+    for text in (render_tool_call(wire), local):
+        turn = parser.parse(text)
+        assert turn.calls == [ToolCall("lookup", {"key": "k1"})] and not turn.json_valid, text
+    nulled = parser.parse(render_tool_call({"function": {"name": "lookup", "arguments": "null"}}))
+    assert nulled.calls == [ToolCall("lookup", {})] and nulled.error is None
+    raw = parser.parse(render_tool_call({"function": {"name": "lookup", "arguments": "key=k1"}}))
+    assert raw.calls == [] and "not JSON" in raw.error
+
+
+class ScriptedEndpoint:
+    """Answers every request with the same reply."""
+
+    name = "scripted"
+
+    def __init__(self, reply):
+        self.reply, self.bodies = reply, []
+
+    def complete(self, body, request_id):
+        self.bodies.append(json.loads(json.dumps(body)))
+        return Outcome(request_id, True, self.reply, 200, None, 1, 0.01)
+
+
+def test_a_reply_with_null_content_and_no_calls_is_sent_back_as_an_empty_string():
+    ep = ScriptedEndpoint(completion({"role": "assistant", "content": None, "refusal": "no"}, finish="stop"))
+    episodes, steps = run_episodes(EndpointPolicy(ep), envs(1, horizon=2))
+    assert len(ep.bodies) == len(steps) >= 2 and not steps[0].json_valid
+    sent = [m for m in ep.bodies[1]["messages"] if m["role"] == "assistant"]
+    assert sent == [{"role": "assistant", "content": ""}]  # OpenAI answers 400 to a null content here
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": "lookup"}]},
+    {"role": "assistant", "content": None, "tool_calls": ["lookup"]},
+    "lookup",
+])
+def test_a_reply_of_the_wrong_shape_is_a_failed_step_not_a_crash(message):
+    episodes, steps = run_episodes(EndpointPolicy(ScriptedEndpoint(completion(message))), envs(2, horizon=2))
+    firsts = [s for s in steps if s.step == 0]
+    assert len(firsts) == 2 and all(s.policy_error.startswith("bad_response: the reply is not a chat completion")
+                                    for s in firsts)
+    assert all(s.policy_error for s in steps) and [e.success for e in episodes] == [False, False]

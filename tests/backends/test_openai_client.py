@@ -205,3 +205,33 @@ def test_client_imports_without_torch():
     code = "import sys, qdrift.backends.openai_client, qdrift.backends.endpoint_policy; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_key_echoed_late_in_a_long_error_body_is_scrubbed_before_the_body_is_shortened(fault_server, monkeypatch):
+    long_key = KEY + "-" + "k" * 150
+    monkeypatch.setenv("QDRIFT_TEST_KEY", long_key)
+    fault_server.script("late", "echo_auth_late")
+    with endpoint(fault_server) as ep:
+        out = ep.complete(body(), "late")
+    assert out.reason == "http_401" and "***" in out.error
+    for n in range(12, len(long_key)):  # no piece of the key survives, however the text is cut
+        assert long_key[:n] not in out.error
+
+
+def test_a_body_httpx_cannot_decode_is_a_failed_request_not_an_exception(fault_server):
+    fault_server.script("gz", "bad_gzip")
+    with endpoint(fault_server) as ep:
+        out = ep.complete(body(), "gz")
+    assert not out.ok and out.reason == "malformed_body" and out.attempts == 1
+
+
+def test_header_values_a_request_cannot_carry(fault_server, monkeypatch):
+    monkeypatch.setenv("QDRIFT_TEST_KEY", "sk-clé")
+    with pytest.raises(ValueError, match="env QDRIFT_TEST_KEY holds characters an HTTP header cannot carry") as e:
+        endpoint(fault_server)
+    assert "clé" not in str(e.value)
+    monkeypatch.setenv("QDRIFT_TEST_KEY", KEY)
+    fault_server.script("r%C3%A9sum%C3%A9%0A1", "ok")
+    with endpoint(fault_server) as ep:
+        assert ep.complete(body(), "résumé\n1").ok  # sent percent-encoded
+    assert fault_server.hits[-1][0] == "r%C3%A9sum%C3%A9%0A1"

@@ -53,3 +53,24 @@ def test_broken_streams_fail_with_their_reason(stream, reason):
     with pytest.raises(StreamError) as exc:
         assemble_stream(sse_data(stream))
     assert exc.value.reason == reason
+
+
+def test_parallel_calls_that_all_say_index_0_stay_separate_calls():
+    # SGLang, Ollama and NVIDIA Dynamo number every parallel call 0; each brings its own id.
+    stream = lines(
+        delta(tool_calls=[{"index": 0, "id": "A", "type": "function", "function": {"name": "add", "arguments": ""}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"a": 3}'}}]),
+        delta(tool_calls=[{"index": 0, "id": "B", "type": "function",
+                           "function": {"name": "multiply", "arguments": '{"a": 11}'}}]),
+        delta(tool_calls=[{"index": 0, "function": {"name": "sub", "arguments": '{"a": 1}'}}]),  # no id at all
+    )
+    calls = assemble_stream(sse_data(stream))["choices"][0]["message"]["tool_calls"]
+    assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("A", "add", {"a": 3}), ("B", "multiply", {"a": 11}), (None, "sub", {"a": 1})]
+
+
+def test_a_tool_call_piece_of_the_wrong_shape_is_a_stream_error_not_a_crash():
+    for piece in ("lookup", {"index": "0", "function": {"name": "f"}}):
+        with pytest.raises(StreamError) as e:
+            assemble_stream(sse_data(lines(delta(tool_calls=[piece]))))
+        assert e.value.reason == "malformed_json"

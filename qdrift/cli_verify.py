@@ -19,11 +19,26 @@ def _named_url(text: str) -> tuple[str, str]:
     return name, url
 
 
+def _named_source(text: str) -> tuple[str, str]:
+    name, sep, source = text.partition("=")
+    if not sep or not name or not source:
+        raise argparse.ArgumentTypeError(f"expected NAME=SOURCE (an endpoint's name, then an environment variable "
+                                         f"or a file), got {text!r}")
+    return name, source
+
+
 def make_endpoint(name: str, url: str, model: str, args):
-    """An HTTP endpoint for `url` (imported here: the client is needed only to reach an endpoint)."""
+    """An HTTP endpoint for `url` (imported here: the client is needed only to reach an endpoint).
+
+    Each endpoint sends only the key named for it (--api-key-env / --api-key-file NAME=...), and none
+    otherwise: one provider's key must never reach another's server.
+    """
     from qdrift.backends.openai_client import OpenAIEndpoint
 
-    return OpenAIEndpoint(base_url=url, model=model, name=name, timeout_s=args.timeout)
+    env = dict(getattr(args, "api_key_env", None) or []).get(name)
+    file = dict(getattr(args, "api_key_file", None) or []).get(name)
+    return OpenAIEndpoint(base_url=url, model=model, name=name, timeout_s=args.timeout, api_key_env=env,
+                          config_file=file, require_api_key=bool(env or file))
 
 
 def cmd_make_requests(args) -> int:
@@ -53,14 +68,25 @@ def cmd_run(args) -> int:
         overrides = json.loads(args.extra_body) if args.extra_body else {}
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"qdrift verify run: {e}") from None
+    if not isinstance(overrides, dict):
+        raise SystemExit(f"qdrift verify run: --extra-body must be a JSON object of request fields "
+                         f"(e.g. '{{\"top_p\": 1}}'), got a JSON {type(overrides).__name__}")
     for key, value in (("temperature", args.temperature), ("max_tokens", args.max_tokens)):
         if value is not None:
             overrides[key] = value
     names = [args.reference[0]] + [n for n, _ in args.endpoint]
     if len(set(names)) != len(names):
         raise SystemExit(f"qdrift verify run: endpoint names must be unique, got {names}")
-    ref = (args.reference[0], make_endpoint(*args.reference, args.model, args))
-    eps = {n: make_endpoint(n, u, args.model, args) for n, u in args.endpoint}
+    for flag, pairs in (("--api-key-env", args.api_key_env), ("--api-key-file", args.api_key_file)):
+        unknown = sorted({n for n, _ in pairs} - set(names))
+        if unknown:
+            raise SystemExit(f"qdrift verify run: {flag} names {', '.join(unknown)}, which is not an endpoint here "
+                             f"(endpoints: {', '.join(names)})")
+    try:
+        ref = (args.reference[0], make_endpoint(*args.reference, args.model, args))
+        eps = {n: make_endpoint(n, u, args.model, args) for n, u in args.endpoint}
+    except ValueError as e:
+        raise SystemExit(f"qdrift verify run: {e}") from None
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     try:
         run = verify_endpoints(reqs, ref, eps, args.out, repeats=args.reference_repeats, model=args.model,
@@ -104,6 +130,11 @@ def add_parser(sub) -> None:
     r.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
     r.add_argument("--max-tokens", type=int, default=None, help="override every request's max_tokens")
     r.add_argument("--extra-body", default=None, help="JSON object merged into every request body")
+    r.add_argument("--api-key-env", action="append", type=_named_source, default=[], metavar="NAME=VAR",
+                   help="the environment variable holding endpoint NAME's API key (repeatable); an endpoint "
+                        "without one is sent no key")
+    r.add_argument("--api-key-file", action="append", type=_named_source, default=[], metavar="NAME=FILE",
+                   help="a JSON file {\"api_key\": \"...\"} holding endpoint NAME's key (repeatable)")
     r.add_argument("--concurrency", type=int, default=4)
     r.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
     r.add_argument("--out", required=True, help="output directory (journals, report.md/json/png)")

@@ -49,3 +49,29 @@ def test_bad_named_url_is_an_argument_error(capsys):
     with pytest.raises(SystemExit):
         main(["verify", "run", "--requests", "x", "--reference", "nourl", "--model", "m", "--out", "o"])
     assert "expected NAME=URL" in capsys.readouterr().err
+
+
+def test_each_endpoint_sends_only_its_own_key(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-reference-provider")
+    monkeypatch.setenv("VENDOR_KEY", "sk-vendor")
+    args = SimpleNamespace(timeout=1.0, api_key_env=[("vendor", "VENDOR_KEY")], api_key_file=[])
+    vendor = cli_verify.make_endpoint("vendor", "http://h:1/v1", "m", args)
+    other = cli_verify.make_endpoint("other", "http://h:2/v1", "m", args)
+    assert vendor._headers("x")["Authorization"] == "Bearer sk-vendor"
+    assert "Authorization" not in other._headers("x")  # OPENAI_API_KEY is not sent to an endpoint not named for it
+    with pytest.raises(ValueError, match="UNSET_KEY"):
+        cli_verify.make_endpoint("vendor", "http://h:1/v1", "m", SimpleNamespace(
+            timeout=1.0, api_key_env=[("vendor", "UNSET_KEY")], api_key_file=[]))
+
+
+def test_bad_key_options_and_extra_body_are_clear_errors(tmp_path):
+    f = tmp_path / "r.jsonl"
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "1", "--seeds", "1", "--out", str(f)])
+    base = ["verify", "run", "--requests", str(f), "--reference", "ref=http://h:1/v1", "--model", "m",
+            "--out", str(tmp_path / "v")]
+    with pytest.raises(SystemExit, match="--api-key-env names nope, which is not an endpoint here"):
+        main([*base, "--api-key-env", "nope=VAR"])
+    with pytest.raises(SystemExit, match="--extra-body must be a JSON object"):
+        main([*base, "--extra-body", "[1]"])

@@ -122,10 +122,15 @@ def render_markdown(card: dict) -> str:
     if t is None:
         lines += ["Tool calls: not verified.", ""]
     else:
+        analysed = ""
+        if t.get("requests_analysed") is not None:
+            analysed = (f" ({t['requests_analysed']} analysed: {t.get('requests_dropped') or 0} failed in some run "
+                        "and are left out)")
+        level = f"{100 * (1 - t.get('alpha', 0.05)):g}%"
         lines += [f"Tool calls: endpoint `{t['endpoint']}` against reference `{t['reference']}` "
-                  f"({t['reference_runs']} reference runs, {t['requests']} requests, file sha256 "
+                  f"({t['reference_runs']} reference runs, {t['requests']} requests{analysed}, file sha256 "
                   f"`{t['requests_sha256'][:16]}…`, margin {t.get('margin')}); verdict: **{t['conclusion']}**.", "",
-                  "| measure | estimate [95% CI] |", "|---|---|",
+                  f"| measure | estimate [{level} CI] |", "|---|---|",
                   f"| validity difference vs reference | {_est(t['validity_difference'])} |",
                   f"| trigger F1 vs reference | {_est(t['trigger_f1'])} |",
                   f"| trigger F1 of reference vs itself (noise floor) | {_est(t.get('trigger_f1_floor'))} |",

@@ -49,6 +49,9 @@ def tool_calls_from_verify(verify_dir: str | Path, endpoint: str | None = None) 
         "reference": report["reference"],
         "reference_runs": report["reference_runs"],
         "requests": report["requests"],
+        # the comparison sees only requests every run answered: say how many that was
+        "requests_analysed": result.get("n", {}).get("requests"),
+        "requests_dropped": result.get("n", {}).get("dropped"),
         "requests_file": meta.get("requests_file"),
         "requests_sha256": meta["requests_sha256"],
         "margin": report.get("margin"),

@@ -97,6 +97,9 @@ def score_response(request: VerifyRequest, outcome: Outcome | None) -> ResponseS
     choice = choices[0]
     finish = choice.get("finish_reason")
     message = choice.get("message") or {}
+    if not isinstance(message, dict):
+        return ResponseScore(request.id, False, f"response message is a JSON {type(message).__name__}, not an object",
+                             None, False, False, (), None, None, None)
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raw_calls = [raw_calls]

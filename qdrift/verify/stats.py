@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
+from qdrift.stats.multiple import adjust
 from qdrift.stats.paired import paired_comparison
 from qdrift.stats.result import Result
 from qdrift.verify.metrics import ResponseScore, run_summary
@@ -224,10 +225,19 @@ def compare_to_reference(endpoint: list[ResponseScore], refs: list[list[Response
         for label, pc in tests:
             t = next(r for r in pc.rows if r["quantity"].startswith("TOST"))
             rows.append(_copy(t, f"TOST {label} ±{margin:g}"))
-    conclusion = _conclusion(tests, margin, alpha)
+    ok_runs = np.array([[s.ok for s in run] for run in [endpoint, *refs]])
+    endpoint_only_failed = int((~ok_runs[0] & ok_runs[1:].all(axis=0)).sum())
+    conclusion = _conclusion(tests, margin, alpha, endpoint_only_failed / ok_runs.shape[1])
+    if endpoint_only_failed:
+        notes.append(f"{name} failed {endpoint_only_failed} of {ok_runs.shape[1]} requests that every reference run "
+                     "answered; those are left out of the comparison")
     if margin is not None:
         notes.append(f"TOST intervals are {100 * (1 - 2 * alpha):g}%; the other intervals {100 * (1 - alpha):g}%")
-    notes.append("difference tests are not corrected for multiplicity across endpoints")
+    if len(tests) > 1:
+        notes.append(f"a 'different' verdict is Holm-adjusted over its {len(tests)} difference tests; "
+                     "nothing is corrected for multiplicity across endpoints")
+    else:
+        notes.append("difference tests are not corrected for multiplicity across endpoints")
     return VerifyComparison(
         title=f"{name} vs reference", method="paired over requests against R reference runs "
                                              "(qdrift.stats.paired_comparison; paired bootstrap for F1)",
@@ -235,12 +245,30 @@ def compare_to_reference(endpoint: list[ResponseScore], refs: list[list[Response
         extra={"name": name, "margin": margin, "alpha": alpha, "conclusion": conclusion})
 
 
-def _conclusion(tests: list[tuple[str, Any]], margin: float | None, alpha: float) -> str:
+def _conclusion(tests: list[tuple[str, Any]], margin: float | None, alpha: float,
+                endpoint_failed_share: float = 0.0) -> str:
     """'equivalent' when every TOST passes (naming any significant difference inside the margin); 'different'
-    when a difference is significant and not shown to be inside the margin; else 'inconclusive'."""
-    significant = [label for label, pc in tests if pc.row(quantity="difference (CLT)")["p_value"] < alpha]
+    when a difference is significant after Holm's adjustment over the tests and not shown to be inside the
+    margin; else 'inconclusive'.
+
+    Equivalence needs the trigger-agreement test, which needs a noise floor (two reference runs or
+    more): validity alone cannot see a model that stops calling tools (a turn without a call is valid).
+    Nor is it claimed when the endpoint failed more of the requests the reference answered than the
+    margin allows, since the comparison sees only the requests every run answered.
+    """
+    labels = [label for label, _ in tests]
+    raw = [pc.row(quantity="difference (CLT)")["p_value"] for _, pc in tests]
+    finite = {label: p for label, p in zip(labels, raw, strict=True) if p is not None and math.isfinite(p)}
+    rejected = adjust(finite, method="holm", alpha=alpha).rows if finite else []
+    significant = [r["name"] for r in rejected if r["reject"]]
     if margin is not None and all(next(r for r in pc.rows if r["quantity"].startswith("TOST"))["p_value"] < alpha
                                   for _, pc in tests):
+        if "trigger agreement" not in labels:
+            return ("inconclusive: one reference run gives no noise floor, and validity alone cannot show "
+                    "equivalence (a turn without a call is valid); use --reference-repeats 2 or more")
+        if endpoint_failed_share > margin:
+            return (f"inconclusive: the endpoint failed {endpoint_failed_share:.1%} of the requests the reference "
+                    f"answered, more than the margin ±{margin:g}")
         inside = f"; a significant difference inside the margin: {', '.join(significant)}" if significant else ""
         return f"equivalent within ±{margin:g}{inside}"
     if significant:

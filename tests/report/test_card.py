@@ -93,4 +93,10 @@ def test_card_command_reads_a_verify_run(tmp_path, monkeypatch):
     from qdrift.verify.requests import file_sha256
 
     assert card["data"][0]["sha256"] == file_sha256(f) == t["requests_sha256"]
-    assert "equivalent within ±0.05" in render_markdown(card)
+    md = render_markdown(card)
+    assert "equivalent within ±0.05" in md
+    assert t["requests_analysed"] == t["requests"] and t["requests_dropped"] == 0
+    assert f"{t['requests']} requests ({t['requests']} analysed: 0 failed in some run" in md
+    assert "| measure | estimate [95% CI] |" in md
+    t["alpha"] = 0.01
+    assert "| measure | estimate [99% CI] |" in render_markdown(card)  # the level the verification used

@@ -82,3 +82,8 @@ def test_oracle_match():
     assert score_response(req(0, None), ok(0, text_response())).oracle_match is True
     assert score_response(req(0, None), ok(0, GOOD)).oracle_match is False
     assert score_response(req(0), ok(0, GOOD)).oracle_match is None
+
+
+def test_a_message_that_is_not_an_object_is_a_malformed_response_not_a_crash():
+    s = score_response(req(0), ok(0, {"choices": [{"message": "lookup k1", "finish_reason": "stop"}]}))
+    assert not s.ok and s.failure == "response message is a JSON str, not an object"

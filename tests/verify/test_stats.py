@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from qdrift.backends.endpoint import Outcome
 from qdrift.verify.metrics import score_run
 from qdrift.verify.requests import VerifyRequest
 from qdrift.verify.stats import compare_to_reference, noise_floor
@@ -98,3 +99,48 @@ def test_one_reference_run_reports_without_a_floor(requests):
     cmp = compare_to_reference(ep, [ref], "ep", n_boot=100)
     assert not any(r["quantity"].startswith("trigger F1 - floor") for r in cmp.rows)
     assert any("no noise floor" in n for n in cmp.notes)
+
+
+def test_one_reference_run_never_claims_equivalence_validity_cannot_see_a_model_that_stops_calling(requests):
+    exp = expected_of(requests)
+    (ref,) = runs(requests, FakeEndpoint("ref", exp))
+    (mute,) = runs(requests, FakeEndpoint("mute", exp, p_call=0.0))  # never calls a tool: every turn "valid"
+    cmp = compare_to_reference(mute, [ref], "mute", margin=0.02, n_boot=100)
+    assert cmp.row(quantity="validity - reference")["estimate"] == 0.0
+    assert cmp.conclusion.startswith("inconclusive: one reference run gives no noise floor")
+
+
+def test_an_endpoint_failing_requests_the_reference_answered_is_not_called_equivalent(requests):
+    exp = expected_of(requests)
+    refs = runs(requests, FakeEndpoint("ref", exp), 2)
+    good = FakeEndpoint("flaky", exp)
+    flaky = score_run(requests, {r.id: good.complete(r.prepared(), r.id) if i < N // 2 else
+                                 Outcome(r.id, False, None, 503, "http_503", 4, 0.1, "answered 503")
+                                 for i, r in enumerate(requests)})  # the second half fails
+    cmp = compare_to_reference(flaky, refs, "flaky", margin=0.02, n_boot=100)
+    assert cmp.n["dropped"] == N // 2
+    assert cmp.conclusion.startswith("inconclusive: the endpoint failed 50.0% of the requests")
+    assert any(f"failed {N // 2} of {N} requests" in n for n in cmp.notes)
+
+
+class _Test:
+    """A stand-in for one paired comparison: its difference p-value and a failing TOST."""
+
+    def __init__(self, p):
+        self.rows = [{"quantity": "difference (CLT)", "p_value": p}, {"quantity": "TOST ±0.1", "p_value": 0.5}]
+
+    def row(self, quantity):
+        return next(r for r in self.rows if r["quantity"] == quantity)
+
+
+def test_the_different_verdict_is_holm_adjusted_over_its_tests():
+    from statsmodels.stats.multitest import multipletests
+
+    from qdrift.verify.stats import _conclusion
+
+    ps = [0.03, 0.04]
+    assert not multipletests(ps, alpha=0.05, method="holm")[0].any()  # neither survives Holm
+    tests = [("trigger agreement", _Test(ps[0])), ("validity", _Test(ps[1]))]
+    assert _conclusion(tests, None, 0.05) == "no difference detected"
+    assert _conclusion([("trigger agreement", _Test(0.001)), ("validity", _Test(0.04))], None, 0.05) == \
+        "different: trigger agreement, validity"  # Holm: 0.002 and 0.04 both below 0.05

@@ -58,6 +58,16 @@ def _rows_table(name: str) -> str:
     return _ROWS.format(name=name, kinds=", ".join(f"'{k}'" for k in KINDS))
 
 
+def _plain(value: Any) -> Any:
+    """JSON for what json cannot write itself: numpy scalars and arrays as numbers and lists (their
+    str() would store "False" or "5" as strings, which read back as true and as text), anything
+    else as its str() as before."""
+    if type(value).__module__ == "numpy":
+        if hasattr(value, "tolist"):
+            return value.tolist()
+    return str(value)
+
+
 def canonical_json(config: Mapping[str, Any]) -> str:
     """The configuration as JSON with sorted keys and no spacing: equal configs, equal text."""
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
@@ -127,17 +137,26 @@ class Store:
         if bad:
             raise ValueError(f"row kind {bad[0]!r} is not one of {', '.join(KINDS)}")
         # A generator: rows are serialised inside the transaction, so a row that fails rolls back the cell.
-        payload = ((key, kind, json.dumps(dict(r), default=str)) for kind, rs in rows.items() for r in rs)
+        payload = ((key, kind, json.dumps(dict(r), default=_plain)) for kind, rs in rows.items() for r in rs)
         self._write(key, config, "done", None, started, finished, payload)
 
-    def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float) -> None:
-        """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it."""
-        self._write(key, config, "failed", error, started, finished, [])
+    def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float) -> bool:
+        """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it.
 
-    def _write(self, key, config, status, error, started, finished, payload) -> None:
+        A cell another process has meanwhile finished stays done with its rows (returns False): a
+        failed attempt never deletes results.
+        """
+        return self._write(key, config, "failed", error, started, finished, [])
+
+    def _write(self, key, config, status, error, started, finished, payload) -> bool:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            if status == "failed":
+                now = db.execute("SELECT status FROM cells WHERE key = ?", (key,)).fetchone()
+                if now is not None and now[0] == "done":
+                    db.execute("ROLLBACK")
+                    return False
             db.execute("DELETE FROM rows WHERE cell = ?", (key,))
             db.execute(
                 "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created) "
@@ -150,6 +169,7 @@ class Store:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        return True
 
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.

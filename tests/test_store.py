@@ -126,3 +126,23 @@ def test_cell_key_changes_with_any_config_field(field, value):
 def test_cell_key_is_stable_under_key_order_and_copies():
     assert cell_key(dict(reversed(list(CONFIG.items())))) == cell_key(dict(CONFIG)) == cell_key(CONFIG)
     assert len(cell_key(CONFIG)) == 16
+
+
+def test_a_failed_attempt_never_deletes_a_cell_another_run_finished(tmp_path):
+    with Store(tmp_path / "r.sqlite") as a, Store(tmp_path / "r.sqlite") as b:
+        key = cell_key(CONFIG)
+        a.record_done(key, CONFIG, {"episode": [episode(1_000_000, True)]}, 1.0, 2.0)
+        assert b.record_failed(key, CONFIG, "RuntimeError: out of memory", 1.5, 3.0) is False
+        (cell,) = a.cells()
+        assert cell["status"] == "done" and cell["error"] is None and len(a.rows("episode")) == 1
+
+
+def test_numpy_values_are_stored_as_numbers_and_booleans_not_their_text(tmp_path):
+    import numpy as np
+
+    with Store(tmp_path / "r.sqlite") as store:
+        row = {**episode(1_000_000, True), "success": np.bool_(False), "steps": np.int64(3),
+               "first_error_step": np.int64(1), "kl": np.float32(0.5), "hist": np.arange(2)}
+        store.record_done(cell_key(CONFIG), CONFIG, {"episode": [row]}, 1.0, 2.0)
+        (back,) = store.rows("episode")
+    assert back["success"] is False and back["steps"] == 3 and back["kl"] == 0.5 and back["hist"] == [0, 1]

@@ -71,10 +71,14 @@ class SweepOutcome:
     skipped: int  # already done in the store
     done: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell label, first line of the error)
+    sink_error: str | None = None  # the result sink (e.g. W&B) failed and was not called again
 
     def summary(self) -> str:
         text = f"{self.total} cells: {self.skipped} already done, {self.done} run now, {len(self.failed)} failed"
-        return "\n".join([text, *(f"  failed: {label}: {err}" for label, err in self.failed)])
+        lines = [text, *(f"  failed: {label}: {err}" for label, err in self.failed)]
+        if self.sink_error:
+            lines.append(f"  the result sink failed and was stopped (every cell is in the store): {self.sink_error}")
+        return "\n".join(lines)
 
 
 def unique_cells(sweep: Sweep) -> list[Cell]:
@@ -111,7 +115,8 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     (`Store.check_model`), so retrained weights under the same name raise instead of resuming.
 
     `on_result` (e.g. a W&B sink) sees each result after it is committed to the store, so a sink
-    that fails never costs a measured cell.
+    that fails never costs a measured cell; after its first failure it is not called again, and the
+    outcome's summary says so.
     """
     from qdrift.models.fingerprint import model_fingerprint
 
@@ -129,12 +134,20 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
             if result.error is None:
                 store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished)
                 outcome.done += 1
-            else:
-                store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished)
+            elif store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished):
                 outcome.failed.append((cell.label, result.error.splitlines()[0]))
                 bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
-            if on_result is not None:
-                on_result(result)
+            else:  # another run sharing the store finished this cell meanwhile: its results stand
+                outcome.done += 1
+                bar.write(f"kept: {cell.label} was finished by another run sharing the store; this attempt "
+                          f"failed ({result.error.splitlines()[0]})")
+            if on_result is not None and outcome.sink_error is None:
+                try:
+                    on_result(result)
+                except Exception as e:  # noqa: BLE001 - a sink must not stop the sweep; said, not hidden
+                    outcome.sink_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    bar.write(f"the result sink failed on {cell.label} ({outcome.sink_error}); the sweep goes on "
+                              "without it, and every cell is still stored")
             bar.update(1)
     finally:
         bar.close()

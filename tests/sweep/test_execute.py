@@ -174,3 +174,18 @@ def test_a_variant_cell_on_its_own_records_the_baselines_tokens_exactly_as_the_b
     reused = shared(variant)["drift"]
     alone = CellRunner(batch=2)(variant)["drift"]
     assert reused and reused == alone
+
+
+def test_a_failing_result_sink_is_reported_and_stopped_and_never_stops_the_sweep(tmp_path):
+    calls = []
+
+    def sink(result):
+        calls.append(result.cell.label)
+        raise ConnectionError("wandb.init timed out")
+
+    with Store(tmp_path / "r.sqlite") as store:
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                            on_result=sink)
+        assert outcome.done == 4 and len(store.cells("done")) == 4 and len(calls) == 1
+        assert outcome.sink_error == "ConnectionError: wandb.init timed out"
+        assert "the result sink failed and was stopped" in outcome.summary()

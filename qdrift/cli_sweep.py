@@ -224,7 +224,7 @@ def add_parser(sub) -> None:
     run = ssub.add_parser("run", help="run every cell not already done (failed cells are retried)")
     run.add_argument("file", help="sweep YAML file, or 'default' for the shipped organism sweep")
     run.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
-    run.add_argument("--threads", type=int, help="torch CPU threads (overrides the file's 'threads')")
+    run.add_argument("--threads", type=_positive, help="torch CPU threads (overrides the file's 'threads')")
     run.add_argument("--executor", choices=("local", "ray"),
                      help="run cells one by one in this process (local, the default) or on Ray workers "
                           "(overrides the file's 'executor')")
@@ -244,7 +244,7 @@ def add_parser(sub) -> None:
     cell.add_argument("--task", required=True, help="a task name (or #INDEX), or NAME@HORIZON")
     cell.add_argument("--horizon", type=int, help="the horizon, for agent tasks")
     cell.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
-    cell.add_argument("--threads", type=int, help="torch CPU threads (overrides the file's 'threads')")
+    cell.add_argument("--threads", type=_positive, help="torch CPU threads (overrides the file's 'threads')")
     cell.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_wandb_flags(cell)
     cell.set_defaults(func=cmd_sweep_cell, under_agent=True)

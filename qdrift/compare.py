@@ -146,9 +146,19 @@ def _short_form_section(model: str, task: str, items: list[dict], baseline: str)
 
     lines = [f"## {model} on {task} (short form)", "", "| config | items | accuracy |", "|---|---|---|"]
     by: dict[str, list[float]] = defaultdict(list)
+    unscored: dict[str, int] = defaultdict(int)
     for r in items:
-        by[r["config"]].append(float(r["correct"]))
+        if r["correct"] is None:  # a task whose metric qdrift does not recognise scores no item
+            unscored[r["config"]] += 1
+        else:
+            by[r["config"]].append(float(r["correct"]))
     lines += [f"| `{c}` | {len(v)} | {sum(v) / len(v):.4f} |" for c, v in by.items()] + [""]
+    if unscored:
+        lines += ["Items without a score (no recognised metric), left out: "
+                  + ", ".join(f"`{c}` {n}" for c, n in sorted(unscored.items())), ""]
+    items = [r for r in items if r["correct"] is not None]
+    if not items:
+        return lines
     for variant in (c for c in by if c != baseline):
         if {"doc_id", "answer"} <= items[0].keys():  # lm-eval rows: accuracy, flips, KL, gold log-prob
             from qdrift.lmeval.compare import compare_short_form

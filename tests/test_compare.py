@@ -124,3 +124,13 @@ def test_compare_reports_flips_kl_and_gold_logprob_for_lm_eval_rows(tmp_path):
 def test_compare_without_a_store_names_the_command_that_makes_one(tmp_path):
     with pytest.raises(SystemExit, match="run `qdrift sweep run FILE --store"):
         main(["compare", "--store", str(tmp_path / "none.sqlite")])
+
+
+def test_short_form_items_without_a_score_are_counted_and_left_out_not_a_crash():
+    from qdrift.compare import _short_form_section
+
+    items = [{"config": c, "doc_id": i, "correct": (None if i == 2 else float(i % 2))}
+             for c in ("baseline", "w8-a16-kv:16") for i in range(4)]
+    text = "\n".join(_short_form_section("organism", "t", items, "baseline"))
+    assert "| `baseline` | 3 | 0.6667 |" in text
+    assert "Items without a score (no recognised metric), left out: `baseline` 1, `w8-a16-kv:16` 1" in text

@@ -7,7 +7,7 @@ configuration, so a finished cell is recognised on a rerun and any change makes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from qdrift.store import cell_key
@@ -57,6 +57,11 @@ class Cell:
     @property
     def key(self) -> str:
         return cell_key(self.config())
+
+    def baseline(self) -> Cell:
+        """The baseline cell this variant pairs with: the same model, task and horizon, no calibration
+        (calibration is made only for specs with static scales, as `expand` does)."""
+        return replace(self, spec=BASELINE, calibration=None)
 
     @property
     def label(self) -> str:

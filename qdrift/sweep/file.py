@@ -276,7 +276,7 @@ def _prompt(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any], 
     if mode not in PROMPT_MODES:
         c.error(prompt.line_of("mode"), f"{where}prompt.mode: unknown mode {mode!r}{_hint(mode, PROMPT_MODES)}; "
                                         f"valid modes: {', '.join(PROMPT_MODES)}")
-    if parser is not None and parser not in PARSERS:
+    if parser is not None and (not isinstance(parser, str) or parser not in PARSERS):
         c.error(prompt.line_of("parser"), f"{where}prompt.parser: unknown format {parser!r}{_hint(parser, PARSERS)}; "
                                           f"valid formats: {', '.join(PARSERS)}")
     if not isinstance(prompt.get("prefill_opening", False), bool):
@@ -472,10 +472,13 @@ def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask |
     c.keys(task, SHORT_FORM_KEYS, where)
     before = len(c.problems)
     runner = task.get("runner", "lmeval")
-    try:
-        shortform.lookup(runner)
-    except shortform.RunnerUnavailable as e:
-        c.error(task.line_of("runner"), f"{where}runner: {e}")
+    if not isinstance(runner, str):
+        c.error(task.line_of("runner"), f"{where}runner: must be a runner's name (a string), got {runner!r}")
+    else:
+        try:
+            shortform.lookup(runner)
+        except shortform.RunnerUnavailable as e:
+            c.error(task.line_of("runner"), f"{where}runner: {e}")
     name = task.get("task")
     if not isinstance(name, str) or not name:
         c.error(task.line_of("task"), f"{where}task: name the benchmark task (a non-empty string), got {name!r}")
@@ -483,6 +486,9 @@ def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask |
     options = task.get("options", {})
     if not isinstance(options, dict):
         c.error(task.line_of("options"), f"{where}options: must be a mapping, got {options!r}")
+    elif not all(isinstance(k, str) for k in options):
+        c.error(task.line_of("options"), f"{where}options: option names must be strings, got "
+                                         f"{', '.join(repr(k) for k in options if not isinstance(k, str))}")
     if len(c.problems) > before:
         return None
     return ShortFormTask(runner, name, limit, tuple(sorted(options.items())))

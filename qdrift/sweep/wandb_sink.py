@@ -20,7 +20,6 @@ import netrc
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +183,7 @@ class WandbSink:
         """The done baseline cell's rows of the same model and task, when there is a store and one."""
         if self.store is None or cell.spec == BASELINE:
             return None
-        key = replace(cell, spec=BASELINE).key
+        key = cell.baseline().key
         if self.store.status(key) != "done":
             return None
         return self.store.rows(kind, keys=[key])

@@ -80,14 +80,14 @@ def select_cell(sweep: Sweep, model: str, spec: str, task: str, horizon: int | N
         except ValueError as e:
             raise ValueError(f"spec {spec!r} does not parse: {e}") from None
     _pick("spec", spec, sweep.specs, sweep.source)
-    if "@" in task:
+    refs = task_refs(sweep)
+    if "@" in task and task not in refs:  # `env@H`; a path environment (`envs/x.py@Class`) has an @ of its own
         task, at = task.rsplit("@", 1)
         if horizon is not None:
             raise ValueError(f"task '{task}@{at}' already names a horizon; drop --horizon {horizon}")
         if not at.isdigit():
             raise ValueError(f"task '{task}@{at}': the part after '@' must be a horizon (an integer)")
         horizon = int(at)
-    refs = task_refs(sweep)
     chosen = sweep.tasks[refs.index(_pick("task", task, refs, sweep.source))]
     if isinstance(chosen, AgentTask):
         if horizon is None:

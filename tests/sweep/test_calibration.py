@@ -105,3 +105,11 @@ def test_static_kv_scales_equal_the_absmax_of_the_calibration_keys_over_fp8_max(
     scales = torch.stack([q.keys.scales.scale for q in state_of(model).kv])
     torch.testing.assert_close(scales, absmax_k / fp8_max, rtol=1e-5, atol=0)
     assert cache.get("organism", STATIC, cal)[0] is model  # one calibration per (model, spec, data)
+
+
+def test_a_calibrated_variant_pairs_with_the_baseline_cell_the_sweep_runs():
+    cells = expand(parse_sweep(sweep_text()))
+    baseline_keys = {c.key for c in cells if c.spec == "baseline"}
+    static = [c for c in cells if c.spec == STATIC]
+    assert static and all(c.calibration is not None for c in static)
+    assert all(c.baseline().key in baseline_keys for c in cells)  # what W&B's paired metrics look up

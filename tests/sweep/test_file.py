@@ -117,3 +117,23 @@ def test_the_readme_sweep_example_passes_its_own_checks():
     for block in blocks:
         sweep = parse_sweep(block, "README.md")
         assert sweep.models and sweep.specs and sweep.tasks
+
+
+@pytest.mark.parametrize("block, message", [
+    ("  - kind: short_form\n    runner: [lmeval]\n    task: gsm8k\n", "tasks[1].runner: must be a runner's name"),
+    ("  - kind: short_form\n    task: gsm8k\n    options: {1: x, num_fewshot: 5}\n",
+     "tasks[1].options: option names must be strings, got 1"),
+    ("  - env: ledger\n    horizons: [1]\n    seeds: 1\n    prompt: {parser: [hermes]}\n",
+     "tasks[1].prompt.parser: unknown format ['hermes']"),
+])
+def test_wrongly_typed_fields_are_problems_not_tracebacks(block, message):
+    (p,) = problems(GOOD + block)
+    assert message in p, p
+
+
+def test_threads_must_be_a_positive_integer(capsys):
+    from qdrift.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "run", "no-such-sweep.yaml", "--threads", "0"])  # refused before the file is read
+    assert "must be an integer >= 1, got '0'" in capsys.readouterr().err

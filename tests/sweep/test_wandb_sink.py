@@ -305,3 +305,19 @@ def test_under_wandb_agent_sweep_cell_logs_the_cell_and_a_done_cell_from_the_sto
     assert first["config"]["cell_key"] == second["config"]["cell_key"]
     for key in ("success_rate", "step_accuracy", "episodes", "steps"):
         assert first["summary"][key] == second["summary"][key]
+
+
+def test_a_calibrated_variant_finds_its_baseline_rows_for_the_paired_metrics(tmp_path, offline_env):
+    from qdrift.sweep import expand
+    from qdrift.sweep.file import WandbOptions
+
+    text = ("models: [organism]\nspecs: [baseline, w16-a16-kv:fp8e4m3@static]\ntasks:\n  - env: pointer_chase\n"
+            "    horizons: [2]\n    seeds: 1\ncalibration: {env: pointer_chase, horizon: 3, samples: 2}\n")
+    base, static = expand(parse_sweep(text))
+    assert static.calibration is not None and base.calibration is None
+    row = {"episode": 0, "env": "pointer_chase", "horizon": 2, "seed": 1_000_000, "trial": 0, "success": True,
+           "steps": 3, "first_error_step": None, "stop_reason": "done"}
+    with Store(tmp_path / "r.sqlite") as store:
+        store.record_done(base.key, base.config(), {"episode": [row]}, 1.0, 2.0)
+        sink = WandbSink(WandbOptions(project="p", mode="offline"), "s", store, tmp_path, announce=str)
+        assert sink._baseline_rows(static, "episode") == store.rows("episode", keys=[base.key])

@@ -131,3 +131,14 @@ def test_tasks_sharing_a_name_are_named_by_index():
     config = wandb_sweep_config(sweep, "s.yaml", "s.sqlite")
     assert config["parameters"]["task"]["values"] == ["#0@1", "#0@2", "pointer_chase@3", "#2@1"]
     assert dict(select_cell(sweep, "tiny:llama", "baseline", "#2@1").task.knobs) == {"slack": 1}
+
+
+def test_a_path_environment_is_selected_by_its_name_with_or_without_a_horizon_suffix():
+    env = "agents/ledger.py@Ledger"
+    sweep = parse_sweep(f"models: [tiny:llama]\nspecs: [baseline]\ntasks:\n  - env: {env}\n    horizons: [1, 4]\n"
+                        "    seeds: 1\n")
+    assert select_cell(sweep, "tiny:llama", "baseline", env, 4).horizon == 4
+    assert select_cell(sweep, "tiny:llama", "baseline", f"{env}@1").horizon == 1
+    grid = wandb_sweep_config(sweep, "s.yaml", "s.sqlite")["parameters"]
+    for task, horizon in itertools.product(grid["task"]["values"], grid["horizon"]["values"]):
+        assert select_cell(sweep, "tiny:llama", "baseline", task, horizon).task.env == env  # what a W&B agent runs

@@ -13,6 +13,7 @@ the chunks are still OpenAI's (role, content and tool_calls deltas, finish_reaso
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import uuid
@@ -59,10 +60,28 @@ def _describe_errors(errors) -> tuple[str, str | None]:
     return "; ".join(dict.fromkeys(parts)), param
 
 
+def _token_bytes(tokenizer, tid: int, text: str) -> list[int] | None:
+    """The token's own UTF-8 bytes. Decoding one token of a character split across tokens gives
+    U+FFFD, not its bytes: a byte-level BPE token's bytes are read from its vocabulary string (GPT-2's
+    byte-to-character map); otherwise they are not known, and null is what OpenAI's schema allows."""
+    if "\ufffd" not in text:
+        return list(text.encode("utf-8"))
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ != "ByteLevel":
+        return None
+    piece = tokenizer.convert_ids_to_tokens(tid)
+    to_byte = {c: b for b, c in bytes_to_unicode().items()}
+    if isinstance(piece, str) and piece and all(c in to_byte for c in piece):
+        return [to_byte[c] for c in piece]
+    return None
+
+
 def _logprobs(served: ServedModel, tokens: list[StepToken]) -> ChoiceLogprobs:
     def entry(tid: int, lp: float) -> dict:
         text = served.tokenizer.decode([tid], skip_special_tokens=False)
-        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+        return {"token": text, "logprob": lp, "bytes": _token_bytes(served.tokenizer, tid, text)}
 
     return ChoiceLogprobs(content=[
         TokenLogprob(**entry(t.id, t.logprob), top_logprobs=[TopLogprob(**entry(i, lp)) for i, lp in t.top])
@@ -129,6 +148,33 @@ def create_app(served: ServedModel) -> FastAPI:
     return app
 
 
+_END = object()
+
+
+def _decoded(served: ServedModel, lock: threading.Lock, turn: PreparedTurn) -> Iterator[StepToken]:
+    """`served.decode(turn)` run under the model lock by a thread of its own, its tokens handed over a
+    queue. The lock is never held across a yield to the client: a stream the client reads slowly (or
+    stops reading) would otherwise hold it, and requests waiting for it would fill the server's worker
+    threads until the stream itself could not be resumed."""
+    q: queue.SimpleQueue = queue.SimpleQueue()
+
+    def produce() -> None:
+        try:
+            with lock:
+                for tok in served.decode(turn):
+                    q.put(tok)
+        except BaseException as e:  # noqa: BLE001 - handed to the stream, which reports it
+            q.put(e)
+        finally:
+            q.put(_END)
+
+    threading.Thread(target=produce, name="qdrift-stream-decode", daemon=True).start()
+    while (item := q.get()) is not _END:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
 def _stream(served: ServedModel, lock: threading.Lock, turn: PreparedTurn, rid: str, created: int,
             include_usage: bool) -> Iterator[str]:
     want_lp = turn.sampling.top_logprobs is not None
@@ -138,22 +184,23 @@ def _stream(served: ServedModel, lock: threading.Lock, turn: PreparedTurn, rid: 
         body = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": served.name,
                 "system_fingerprint": served.fingerprint,
                 "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
+        if include_usage:
+            body["usage"] = None  # OpenAI: null on every chunk but the last, which carries the usage
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
     tokens: list[StepToken] = []
     emitted, sent_lp = "", 0
     try:
-        with lock:
-            for tok in served.decode(turn):
-                tokens.append(tok)
-                if turn.uses_tools:
-                    continue
-                delta = served.stream_text(turn, tokens, emitted)
-                if delta:
-                    emitted += delta
-                    yield chunk({"content": delta}, logprobs=tokens[sent_lp:])
-                    sent_lp = len(tokens)
+        for tok in _decoded(served, lock, turn):
+            tokens.append(tok)
+            if turn.uses_tools:
+                continue
+            delta = served.stream_text(turn, tokens, emitted)
+            if delta:
+                emitted += delta
+                yield chunk({"content": delta}, logprobs=tokens[sent_lp:])
+                sent_lp = len(tokens)
     except Exception as e:  # noqa: BLE001 - the status line is sent; report the failure in the stream
         yield f"data: {json.dumps(error_body(f'generation failed: {type(e).__name__}: {e}', kind='server_error'))}\n\n"
         yield "data: [DONE]\n\n"

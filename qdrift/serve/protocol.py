@@ -117,7 +117,7 @@ class ChatCompletionRequest(_Strict):
     parallel_tool_calls: bool | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)  # what torch.Generator.manual_seed takes
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
@@ -206,7 +206,7 @@ class ResponseMessage(BaseModel):
 class TopLogprob(BaseModel):
     token: str
     logprob: float
-    bytes: list[int]
+    bytes: list[int] | None  # null when the token's own bytes are not known (OpenAI allows it)
 
 
 class TokenLogprob(TopLogprob):

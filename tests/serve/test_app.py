@@ -222,3 +222,46 @@ def test_random_tiny_model_gives_well_formed_responses_not_500():
             assert choice["finish_reason"] in ("length", "stop")
             assert choice["message"]["tool_calls"] is None
             assert isinstance(choice["message"]["content"], str)
+
+
+def test_usage_is_null_on_every_chunk_but_the_last_when_asked_for(client):
+    req = {"messages": [{"role": "user", "content": "Start key: k5."}], "temperature": 0, "max_tokens": 6,
+           "stream": True, "stream_options": {"include_usage": True}}
+    chunks = [json.loads(e) for e in sse_events(client.post("/chat/completions", json=req).text)[:-1]]
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["usage"]["completion_tokens"] >= 1
+
+
+def test_a_seed_torch_cannot_take_is_a_400_naming_it(client):
+    req = {"messages": [{"role": "user", "content": "hi"}], "temperature": 1.0, "seed": 2**70}
+    r = client.post("/chat/completions", json=req)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
+
+
+def test_a_stream_nobody_reads_does_not_hold_the_model(server):
+    # The stream's first chunk is read, then the client stops reading. Decoding goes on without
+    # it, so the model is free again and a plain request is answered.
+    req = {"messages": [{"role": "user", "content": "Start key: k5."}], "temperature": 0, "max_tokens": 40,
+           "stream": True}
+    with httpx.Client(base_url=server.url, timeout=20) as slow, httpx.Client(base_url=server.url, timeout=20) as fast:
+        with slow.stream("POST", "/chat/completions", json=req) as r:
+            next(r.iter_lines())
+            answer = fast.post("/chat/completions", json={**req, "stream": False, "max_tokens": 4})
+            assert answer.status_code == 200 and answer.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_logprob_bytes_are_the_tokens_own_bytes_or_null():
+    from qdrift.serve.app import _token_bytes
+    from qdrift.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    ids = tok("é", add_special_tokens=False).input_ids  # two byte tokens: 0xC3 0xA9
+    parts = [_token_bytes(tok, i, tok.decode([i])) for i in ids]
+    assert parts == [[0xC3], [0xA9]] and bytes(sum(parts, [])).decode() == "é"
+    assert _token_bytes(tok, ids[0], "a") == [97]
+
+    class Words:  # a vocabulary of whole words: a token decoding to U+FFFD has no known bytes
+        def convert_ids_to_tokens(self, tid):
+            return "<unk>"
+
+    assert _token_bytes(Words(), 3, "\ufffd") is None

@@ -2,12 +2,16 @@
 
 Every replay appends to its own JSONL journal under `<out>/journals/` (`reference.r<k>.jsonl`,
 `endpoint-<name>.jsonl`), so a killed run picks up where it stopped and never resends a request
-that already succeeded. A failed request stays a failed outcome (and is resent on the next run);
+that already succeeded. Beside each journal, `<journal>.meta.json` records the endpoint (URL,
+model) and a hash of the request bodies; a rerun with another endpoint or other requests is refused
+instead of reusing answers that belong to a different run. A failed request stays a failed outcome (and is resent on the next run);
 it is counted in the report, not dropped silently.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +37,42 @@ def journal_path(out_dir: Path, name: str, repeat: int | None = None) -> Path:
     return Path(out_dir) / "journals" / file
 
 
+def _identity(endpoint: ChatEndpoint, bodies: list[tuple[str, dict]]) -> dict[str, Any]:
+    """What a journal's answers belong to: the endpoint (URL and model where it has them) and a hash
+    of the exact request bodies sent."""
+    described = endpoint.describe() if hasattr(endpoint, "describe") else {}
+    who = {k: described[k] for k in ("base_url", "model") if k in described} or {"name": endpoint.name}
+    digest = hashlib.sha256(json.dumps(bodies, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return {**who, "bodies_sha256": digest}
+
+
+def _check_journal(journal: Path, identity: dict[str, Any]) -> None:
+    """Resume a journal only for the endpoint and requests it was written for (its `.meta.json`)."""
+    meta = journal.with_name(journal.name + ".meta.json")
+    if meta.exists():
+        was = json.loads(meta.read_text(encoding="utf-8"))
+        changed = sorted(k for k in {*was, *identity} if was.get(k) != identity.get(k))
+        if changed:
+            raise ValueError(
+                f"{journal} holds answers for other {', '.join(changed)} ({', '.join(f'{k}={was.get(k)!r}' for k in changed)}; "
+                f"now {', '.join(f'{k}={identity.get(k)!r}' for k in changed)}); reusing them would mix two runs. "
+                f"Write to a new --out, or delete the journal to replay it")
+        return
+    if journal.exists() and journal.stat().st_size:
+        raise ValueError(f"{journal} has no record of the endpoint and requests it was written for (no "
+                         f"{meta.name}), so it cannot be resumed safely; write to a new --out or delete it")
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps(identity, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def replay_scores(endpoint: ChatEndpoint, requests: list[VerifyRequest], journal: Path, model: str | None = None,
                   overrides: dict[str, Any] | None = None, concurrency: int = 4) -> list[ResponseScore]:
-    """Send the requests not yet answered in `journal` and score every request's latest outcome."""
+    """Send the requests not yet answered in `journal` and score every request's latest outcome.
+
+    The journal is resumed only for the same endpoint (URL, model) and the same request bodies.
+    """
     bodies = [(r.id, r.prepared(model, overrides)) for r in requests]
+    _check_journal(Path(journal), _identity(endpoint, bodies))
     return score_run(requests, replay(endpoint, bodies, journal, concurrency=concurrency))
 
 

@@ -50,3 +50,23 @@ def test_report_has_a_row_per_run_and_writes_markdown_json_and_plot(requests, tm
 def test_names_must_be_usable_as_file_names(requests, tmp_path):
     with pytest.raises(ValueError, match="endpoint name 'a/b'"):
         verify_endpoints(requests, ("ref", FakeEndpoint("r", {})), {"a/b": FakeEndpoint("x", {})}, tmp_path)
+
+
+def test_a_rerun_against_another_endpoint_or_other_requests_is_refused_not_mixed(requests, tmp_path):
+    from qdrift.backends.openai_client import OpenAIEndpoint
+
+    exp = expected_of(requests)
+    verify_endpoints(requests, ("ref", FakeEndpoint("ref", exp)), {"ep": FakeEndpoint("ep", exp)}, tmp_path, repeats=1)
+    meta = json.loads((journal_path(tmp_path, "ep").parent / "endpoint-ep.jsonl.meta.json").read_text())
+    assert meta["name"] == "ep" and len(meta["bodies_sha256"]) == 64
+    with pytest.raises(ValueError, match=r"reference.r1.jsonl holds answers for other name"):
+        verify_endpoints(requests, ("ref", FakeEndpoint("ref2", exp)), {}, tmp_path, repeats=1)
+    with pytest.raises(ValueError, match=r"reference.r1.jsonl holds answers for other bodies_sha256"):
+        verify_endpoints(requests[:-1], ("ref", FakeEndpoint("ref", exp)), {"ep": FakeEndpoint("ep", exp)},
+                         tmp_path, repeats=1)
+    # an HTTP endpoint is known by its URL and model, not by the name given to it
+    a = OpenAIEndpoint("http://127.0.0.1:9/v1", "m", name="x", api_key_env=None)
+    b = OpenAIEndpoint("http://127.0.0.1:8/v1", "m", name="x", api_key_env=None)
+    from qdrift.verify.run import _identity
+
+    assert _identity(a, [])["base_url"] != _identity(b, [])["base_url"] and "name" not in _identity(a, [])

@@ -23,7 +23,15 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from qdrift.store import Store
+from qdrift.store import Store, canonical_json
+
+# Config fields that change what a task measures, apart from the spec and the seeds: cells that
+# differ in one are different measurements, reported apart and never paired with each other.
+SETTING_KEYS = ("knobs", "prompt", "max_new_tokens", "runner", "limit", "options", "dtype")
+
+
+def _setting(cfg: dict) -> str:
+    return canonical_json({k: cfg[k] for k in SETTING_KEYS if k in cfg})
 
 ITEM_COLS = ["env", "horizon", "seed", "trial"]
 
@@ -179,12 +187,15 @@ def _label(cell: dict) -> str:
 
 
 def reported_cells(cells: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(cells to report, cells superseded): of done cells of one (model, spec, kind, task, horizon),
-    the last finished wins over older ones whose seeds overlap its (short-form cells always overlap)."""
+    """(cells to report, cells superseded): of done cells of one (model, spec, kind, task, horizon,
+    setting), the last finished wins over older ones whose seeds overlap its (short-form cells always
+    overlap). Cells of another setting (knobs, prompt, max_new_tokens, runner, limit, options, dtype)
+    are another measurement: kept, and reported apart."""
     slots: dict[tuple, list[dict]] = defaultdict(list)
     for c in cells:
         cfg = c["config"]
-        slots[(cfg.get("model"), cfg.get("spec"), cfg.get("kind"), cfg.get("task"), cfg.get("horizon"))].append(c)
+        slots[(cfg.get("model"), cfg.get("spec"), cfg.get("kind"), cfg.get("task"), cfg.get("horizon"),
+               _setting(cfg))].append(c)
     kept, superseded = [], []
     for group in slots.values():
         taken: list[set | None] = []  # seeds of the cells kept so far; None: not a seed list (overlaps all)
@@ -213,29 +224,38 @@ def build_report(store: Store, baseline: str = "baseline", out: str | Path = "re
     for c in failed:
         lines.append(f"- failed: {_label(c)}: {(c['error'] or '').splitlines()[0] if c['error'] else ''}")
     if superseded:
-        lines.append(f"- left out, superseded by a later cell of the same model, spec, task and horizon over the "
-                     f"same seeds: {'; '.join(_label(c) + ' (' + c['key'] + ')' for c in superseded)}")
+        lines.append(f"- left out, superseded by a later cell of the same model, spec, task, horizon and setting "
+                     f"over the same seeds: {'; '.join(_label(c) + ' (' + c['key'] + ')' for c in superseded)}")
     lines.append("")
     keep = [c["key"] for c in done]
+    setting_of = {c["key"]: _setting(c["config"]) for c in done}
 
     def rows(kind):
-        return _group(store.rows(kind, keys=keep))
+        return _group(store.rows(kind, keys=keep), setting_of)
 
     episodes, steps, drift = rows("episode"), rows("step"), rows("drift")
-    for (model, env), eps in episodes.items():
-        lines += _agent_section(model, env, eps, steps.get((model, env), []), baseline, out.parent, out.stem,
-                                drift.get((model, env), []))
+    for (model, env, setting), eps in episodes.items():
+        title = env + _setting_label(setting, episodes, model, env)
+        lines += _agent_section(model, title, eps, steps.get((model, env, setting), []), baseline, out.parent,
+                                out.stem, drift.get((model, env, setting), []))
     items = rows("item")
-    for (model, task), rows in items.items():
-        lines += _short_form_section(model, task, rows, baseline)
+    for (model, task, setting), rows in items.items():
+        lines += _short_form_section(model, task + _setting_label(setting, items, model, task), rows, baseline)
     if not episodes and not items:
         lines += ["No done cells in this store yet.", ""]
     out.write_text("\n".join(lines))
     return out
 
 
-def _group(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+def _setting_label(setting: str, groups: dict, model: str, task: str) -> str:
+    """Nothing when (model, task) was measured in one setting; else the setting, to tell sections apart."""
+    if sum(1 for m, t, _ in groups if (m, t) == (model, task)) < 2:
+        return ""
+    return f" [{setting}]"
+
+
+def _group(rows: list[dict], setting_of: dict[str, str]) -> dict[tuple[str, str, str], list[dict]]:
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in rows:
-        groups[(r["model"], r["task"])].append(r)
+        groups[(r["model"], r["task"], setting_of[r["cell"]])].append(r)
     return dict(groups)

@@ -8,13 +8,14 @@ from qdrift.cli import main
 from qdrift.store import Store, cell_key
 
 
-def fill(store: Store, configs=("baseline", "w4g128-a16-kv:16"), horizons=(1, 4), seeds=12, drift=False) -> None:
+def fill(store: Store, configs=("baseline", "w4g128-a16-kv:16"), horizons=(1, 4), seeds=12, drift=False,
+         extra=None) -> None:
     rng = random.Random(0)
     for config in configs:
         p_err = 0.05 if config == "baseline" else 0.2
         for h in horizons:
             cfg = {"model": "organism", "config": config, "spec": config, "kind": "agent", "task": "pointer_chase",
-                   "horizon": h, "seeds": list(range(1_000_000, 1_000_000 + seeds))}
+                   "horizon": h, "seeds": list(range(1_000_000, 1_000_000 + seeds)), **(extra or {})}
             episodes, steps = [], []
             for i in range(seeds):
                 errors = [rng.random() < p_err for _ in range(h)]
@@ -134,3 +135,16 @@ def test_short_form_items_without_a_score_are_counted_and_left_out_not_a_crash()
     text = "\n".join(_short_form_section("organism", "t", items, "baseline"))
     assert "| `baseline` | 3 | 0.6667 |" in text
     assert "Items without a score (no recognised metric), left out: `baseline` 1, `w8-a16-kv:16` 1" in text
+
+
+def test_cells_measured_in_another_setting_are_reported_apart_never_pooled_or_superseded(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store, extra={"knobs": {}, "max_new_tokens": 32})
+        fill(store, extra={"knobs": {"slack": 1}, "max_new_tokens": 32})  # the same seeds, another setting
+    out = tmp_path / "report.md"
+    assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "superseded" not in text and "8 done cells" in text
+    assert text.count("## organism on pointer_chase [") == 2
+    assert '## organism on pointer_chase [{"knobs":{"slack":1},"max_new_tokens":32}]' in text
+    assert text.count("| `baseline` | 4 | 12 |") == 2  # each section has its own 12 episodes, not 24

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,29 @@ def load_card(path: str | Path) -> dict:
     return validate_card(card, str(path))
 
 
+_QDRIFT_FINGERPRINT = re.compile(r"^qdrift-.+-(?P<tag>baseline|[0-9a-f]+)$")
+
+
+def _served_tags(fingerprints: list[str]) -> set[str] | None:
+    """The spec tags in qdrift servers' fingerprints, or None when any answer came from another server."""
+    matches = [_QDRIFT_FINGERPRINT.match(f) for f in fingerprints]
+    if not matches or not all(matches):
+        return None
+    return {m["tag"] for m in matches}
+
+
+def _check_served_spec(spec: QuantSpec, fingerprints: list[str]) -> None:
+    """A card must not describe a spec other than the one a qdrift server says it served."""
+    tags = _served_tags(fingerprints)
+    if tags is None:
+        return
+    want = {"baseline", spec.hash} if spec.is_noop else {spec.hash}
+    if not tags <= want:
+        raise CardError(f"the verified endpoint's answers say it served {', '.join(sorted(fingerprints))} "
+                        f"(spec hash {', '.join(sorted(tags))}), not --spec {spec} (hash {spec.hash}); "
+                        "give the spec it served, or verify the endpoint that serves this one")
+
+
 def build_card(spec: QuantSpec | str, served_model: str, tool_calls: dict | None = None,
                short_form: list[dict] | None = None, long_horizon: list[dict] | None = None,
                data: list[dict] | None = None, notes: list[str] | None = None,
@@ -76,6 +100,8 @@ def build_card(spec: QuantSpec | str, served_model: str, tool_calls: dict | None
 
     spec = QuantSpec.parse(spec) if isinstance(spec, str) else spec
     notes = list(notes or [])
+    if tool_calls is not None:
+        _check_served_spec(spec, tool_calls.get("served_fingerprints") or [])
     if short_form and not spec.kv.is_noop:
         notes.append("short-form loglikelihood tasks run without a KV cache, so their deltas do not reflect "
                      "the KV-cache precision; generation tasks, tool calls and agent episodes do")
@@ -136,6 +162,13 @@ def render_markdown(card: dict) -> str:
                   f"| trigger F1 of reference vs itself (noise floor) | {_est(t.get('trigger_f1_floor'))} |",
                   f"| trigger agreement minus floor | {_est(t.get('trigger_agreement_minus_floor'))} |",
                   f"| schema accuracy | {_est(t['schema_accuracy'])} |", ""]
+        served = t.get("served_fingerprints") or []
+        if _served_tags(served) is not None:
+            lines += [f"The endpoint's answers name the spec above (system_fingerprint {', '.join(served)}).", ""]
+        else:
+            lines += ["The precision above is as declared: the endpoint's answers do not name it (system_fingerprint "
+                      f"{', '.join(served) or 'absent'}), and this comparison measures tool-call behaviour against "
+                      "the reference, not precision.", ""]
     if v["short_form"]:
         lines += ["Short-form benchmarks (variant minus baseline, paired):", "",
                   "| task | items | baseline | variant | delta [95% CI] |", "|---|---|---|---|---|"]

@@ -25,6 +25,17 @@ def _estimate(row: dict | None, method: str) -> dict | None:
             "p_value": row.get("p_value"), "method": method}
 
 
+def _served_fingerprints(verify_dir: Path, endpoint: str) -> list[str]:
+    """The `system_fingerprint`s in the endpoint's answers: what the server says it served."""
+    from qdrift.backends.endpoint import read_journal
+    from qdrift.verify.run import journal_path
+
+    journal = journal_path(verify_dir, endpoint)
+    found = {o.response.get("system_fingerprint") for o in read_journal(journal).values()
+             if o.ok and isinstance(o.response, dict)} if journal.exists() else set()
+    return sorted(f for f in found if isinstance(f, str) and f)
+
+
 def tool_calls_from_verify(verify_dir: str | Path, endpoint: str | None = None) -> tuple[dict, list[dict]]:
     """(the card's `tool_calls` block, data entries) for one endpoint of a verify run."""
     path = Path(verify_dir) / "report.json"
@@ -63,6 +74,7 @@ def tool_calls_from_verify(verify_dir: str | Path, endpoint: str | None = None) 
         "schema_accuracy": _estimate(rows.get("schema accuracy (endpoint)"), "Wilson"),
         "conclusion": result["conclusion"],
         "verified": meta.get("finished"),
+        "served_fingerprints": _served_fingerprints(Path(verify_dir), endpoint),
     }
     data = [{"role": "tool-call requests", "path": str(meta.get("requests_file")), "sha256": meta["requests_sha256"]},
             {"role": "verification report", "path": str(path), "sha256": file_sha256(path)}]

@@ -100,3 +100,51 @@ def test_card_command_reads_a_verify_run(tmp_path, monkeypatch):
     assert "| measure | estimate [95% CI] |" in md
     t["alpha"] = 0.01
     assert "| measure | estimate [99% CI] |" in render_markdown(card)  # the level the verification used
+
+
+class Fingerprinted:
+    """A fake endpoint whose answers carry a server fingerprint, as qdrift serve's do."""
+
+    def __init__(self, inner, fingerprint):
+        self.inner, self.name, self.fingerprint = inner, inner.name, fingerprint
+
+    def complete(self, body, request_id):
+        out = self.inner.complete(body, request_id)
+        out.response["system_fingerprint"] = self.fingerprint
+        return out
+
+
+def verified_card(tmp_path, monkeypatch, fingerprint, spec=SPEC):
+    from qdrift import cli_verify
+    from qdrift.verify.requests import read_requests
+    from tests.verify.fakes import FakeEndpoint, expected_of
+
+    f = tmp_path / "r.jsonl"
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "3", "--out", str(f)])
+    exp = expected_of(read_requests(f))
+    monkeypatch.setattr(cli_verify, "make_endpoint",
+                        lambda n, u, m, a: Fingerprinted(FakeEndpoint(n, exp), fingerprint) if fingerprint
+                        else FakeEndpoint(n, exp))
+    main(["verify", "run", "--requests", str(f), "--reference", "ref=http://h/v1", "--endpoint", "ep=http://g/v1",
+          "--model", "m", "--n-boot", "20", "--out", str(tmp_path / "v")])
+    main(["card", "--spec", spec, "--served-model", "m", "--verify", str(tmp_path / "v"), "--out", str(tmp_path / "c")])
+    return load_card(tmp_path / "c" / "card.json")
+
+
+def test_a_card_says_when_the_endpoint_names_the_spec_and_when_the_precision_is_only_declared(tmp_path, monkeypatch):
+    from qdrift import __version__
+    from qdrift.spec import QuantSpec
+
+    served = f"qdrift-{__version__}-{QuantSpec.parse(SPEC).hash}"
+    card = verified_card(tmp_path / "a", monkeypatch, served)
+    assert card["verification"]["tool_calls"]["served_fingerprints"] == [served]
+    assert f"The endpoint's answers name the spec above (system_fingerprint {served})" in render_markdown(card)
+    vendor = verified_card(tmp_path / "b", monkeypatch, None)
+    assert "The precision above is as declared" in render_markdown(vendor)
+
+
+def test_a_card_for_a_spec_other_than_the_one_the_endpoint_served_is_refused(tmp_path, monkeypatch):
+    from qdrift import __version__
+
+    with pytest.raises(SystemExit, match=r"qdrift card: the verified endpoint's answers say it served .*-baseline"):
+        verified_card(tmp_path, monkeypatch, f"qdrift-{__version__}-baseline")

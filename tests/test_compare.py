@@ -148,3 +148,16 @@ def test_cells_measured_in_another_setting_are_reported_apart_never_pooled_or_su
     assert text.count("## organism on pointer_chase [") == 2
     assert '## organism on pointer_chase [{"knobs":{"slack":1},"max_new_tokens":32}]' in text
     assert text.count("| `baseline` | 4 | 12 |") == 2  # each section has its own 12 episodes, not 24
+
+
+def test_the_report_does_not_depend_on_the_order_cells_were_committed(tmp_path):
+    reports = []
+    for order in (("baseline", "w4g128-a16-kv:16", "w8-a16-kv:16"), ("w8-a16-kv:16", "w4g128-a16-kv:16", "baseline")):
+        path = tmp_path / f"{order[0]}.sqlite"
+        with Store(path) as store:
+            for config in order:
+                fill(store, configs=(config,))
+        out = tmp_path / order[0] / "report.md"
+        assert main(["compare", "--store", str(path), "--out", str(out)]) == 0
+        reports.append(out.read_text().split("\n", 1)[1])  # past the title, which names the store
+    assert reports[0] == reports[1]

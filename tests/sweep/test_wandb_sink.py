@@ -321,3 +321,19 @@ def test_a_calibrated_variant_finds_its_baseline_rows_for_the_paired_metrics(tmp
         store.record_done(base.key, base.config(), {"episode": [row]}, 1.0, 2.0)
         sink = WandbSink(WandbOptions(project="p", mode="offline"), "s", store, tmp_path, announce=str)
         assert sink._baseline_rows(static, "episode") == store.rows("episode", keys=[base.key])
+
+
+def test_a_done_drift_cell_logged_again_keeps_its_drift_metrics(tmp_path, offline_env, monkeypatch, capsys):
+    from qdrift.cli import main
+
+    monkeypatch.setenv("WANDB_SWEEP_ID", "qdrifttest")
+    monkeypatch.setenv("WANDB_PROJECT", "qdrift-test")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    sweep_file, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep_file.write_text(TEXT.split("  - kind: short_form")[0].replace("    seeds: 2\n", "    seeds: 1\n    drift: true\n"))
+    args = ["sweep", "cell", str(sweep_file), "--store", str(store), "--quiet", "--model=tiny:llama",
+            "--spec=w8-a16-kv:16", "--task=ledger", "--horizon=2"]
+    assert main(args) == 0 and main(args) == 0
+    first, second = (read_run(f) for f in sorted((tmp_path / "wandb").glob("offline-run-*")))
+    drift = {k: v for k, v in first["summary"].items() if k.startswith("drift/")}
+    assert drift and all(second["summary"][k] == v for k, v in drift.items())

@@ -104,6 +104,20 @@ def _load_class(path: Path, class_name: str, ref: str):
     return cls
 
 
+def path_source_sha256(ref: str) -> str | None:
+    """sha256 of a path environment's file (`path.py@Class`), None for a built-in name.
+
+    Sweep cells carry it, so editing a custom environment re-runs its cells instead of resuming
+    results measured on the old code (built-in environments change with qdrift's version, which
+    every cell already carries)."""
+    if not isinstance(ref, str) or "@" not in ref:
+        return None
+    path = Path(ref.rpartition("@")[0]).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"environment file not found: {path} (from {ref!r})")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def load_environment(ref: str):
     """The environment class for `ref`: a built-in name or `path/to/file.py@ClassName`."""
     if not isinstance(ref, str) or not ref:

@@ -24,6 +24,9 @@ class Cell:
     version: str | None = None  # qdrift version; None means the running one
     calibration: Calibration | None = None  # set only when the spec has static scales
     dtype: str | None = None  # None: float32 (then not in the key, so earlier stores stay valid)
+    # sha256 of a path environment's file, read once when the cell is made (`for_task`), so a file
+    # edited during a sweep cannot change the key of a cell already running
+    env_sha256: str | None = None
 
     def config(self) -> dict[str, Any]:
         import qdrift
@@ -48,6 +51,8 @@ class Cell:
                           max_new_tokens=t.max_new_tokens)
             if t.prompt:  # only when set, so cells with the model's default prompt keep their keys
                 config["prompt"] = dict(t.prompt)
+            if self.env_sha256 is not None:  # a custom environment's code (built-in ones go with qdrift_version)
+                config["env_sha256"] = self.env_sha256
             if t.drift and self.spec != BASELINE:  # likewise; a baseline cell has nothing to drift from
                 config["drift"] = True
         else:
@@ -70,6 +75,13 @@ class Cell:
         return f"{self.model} {self.spec} {self.task.name}{h}"
 
 
+def env_source(task) -> str | None:
+    """The sha256 of an agent task's path environment (None for built-in environments and short-form tasks)."""
+    from qdrift.envs.registry import path_source_sha256
+
+    return path_source_sha256(task.env) if isinstance(task, AgentTask) else None
+
+
 def expand(sweep: Sweep) -> list[Cell]:
     """Every cell of the grid, grouped by model then spec (so each variant is quantized once)."""
     from qdrift.sweep.calibration import needs_calibration
@@ -80,5 +92,7 @@ def expand(sweep: Sweep) -> list[Cell]:
             calibration = sweep.calibration if needs_calibration(spec) else None
             for task in sweep.tasks:
                 horizons = task.horizons if isinstance(task, AgentTask) else (None,)
-                cells += [Cell(model, spec, task, h, calibration=calibration, dtype=sweep.dtype) for h in horizons]
+                source = env_source(task)
+                cells += [Cell(model, spec, task, h, calibration=calibration, dtype=sweep.dtype, env_sha256=source)
+                          for h in horizons]
     return cells

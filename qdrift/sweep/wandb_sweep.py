@@ -97,9 +97,10 @@ def select_cell(sweep: Sweep, model: str, spec: str, task: str, horizon: int | N
     elif horizon is not None:
         raise ValueError(f"task {task!r} is a short-form task and has no horizon; drop --horizon {horizon}")
     from qdrift.sweep.calibration import needs_calibration
+    from qdrift.sweep.cells import env_source
 
     return Cell(model, spec, chosen, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
-                dtype=sweep.dtype)
+                dtype=sweep.dtype, env_sha256=env_source(chosen))
 
 
 def single_cell_sweep(sweep: Sweep, cell: Cell) -> Sweep:

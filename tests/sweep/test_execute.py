@@ -189,3 +189,21 @@ def test_a_failing_result_sink_is_reported_and_stopped_and_never_stops_the_sweep
         assert outcome.done == 4 and len(store.cells("done")) == 4 and len(calls) == 1
         assert outcome.sink_error == "ConnectionError: wandb.init timed out"
         assert "the result sink failed and was stopped" in outcome.summary()
+
+
+def test_editing_a_custom_environment_gives_its_cells_new_keys(tmp_path):
+    from pathlib import Path
+
+    env = tmp_path / "myledger.py"
+    env.write_text(Path("agents/ledger.py").read_text())
+    text = f"models: [tiny:llama]\nspecs: [baseline]\ntasks:\n  - env: {env}@Ledger\n    horizons: [1]\n    seeds: 1\n"
+    (before,) = unique_cells(parse_sweep(text))
+    key = before.key
+    assert len(before.config()["env_sha256"]) == 64
+    env.write_text(env.read_text() + "\n# changed\n")
+    assert before.key == key  # read when the cell was made: an edit during a sweep cannot move a running cell
+    (after,) = unique_cells(parse_sweep(text))
+    assert after.key != key
+    (builtin,) = unique_cells(parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1]").replace(
+        "specs: [baseline, w8-a16-kv:16]", "specs: [baseline]")))
+    assert "env_sha256" not in builtin.config()  # built-in environments keep their keys

@@ -301,7 +301,7 @@ def test_describe_names_the_key_facts():
                  "*.o_proj", card.hash, str(card)):  # fmt: skip
         assert fact in text, fact
     assert len(text.splitlines()) >= 8
-    unit = QuantSpec.parse("w16-a8t~p99.9-kv:fp8e4m3@unit").describe()
+    unit = QuantSpec.parse("w4~p99.9-a8t-kv:fp8e4m3@unit").describe()
     assert "unit scales" in unit and "99.9th-percentile" in unit and "static" in unit
     assert "nothing is quantized" in QuantSpec().describe()
 
@@ -348,6 +348,8 @@ def test_describe_names_the_key_facts():
         ("kv:8c@dyn", ["token block length"]),
         ("kv:8c32@static", ["static", "no group size", "32"]),
         ("kv:8@static~mse", ["'@static~mse'", "written last"]),
+        ("kv:8~mse@static", ["keys", "'mse'", "static (calibrated) scales is not built", "absmax"]),
+        ("w16-a8t~p99.9", ["activations", "'p99.9'", "static (calibrated) scales is not built"]),
         ("kv:fp8e4m3~mse@unit", ["'mse'", "absmax"]),
         ("kv:8~mse@dyn", ["'mse'", "dynamic", "absmax"]),
         ("kv:mxfp4@dyn", ["keys", "not supported for the KV cache", "mxfp4"]),

@@ -23,8 +23,8 @@ Grammar of the canonical string (every part separated by '-'):
                | "tok"      -- token (dynamic)
                | "h"        -- head (keys/values @static)
     flags     := "z"? ("~mse" | "~p" NUMBER)? ("~sr" INT)?
-                            -- z zero-point (int only); ~mse / ~p99.9 clipping (weights and static
-                            -- sources only); ~sr7 stochastic rounding with seed 7
+                            -- z zero-point (int only); ~mse / ~p99.9 clipping (weights only;
+                            -- static scales are absmax); ~sr7 stochastic rounding with seed 7
     source    := "unit" | "static" | "dyn"              -- unit: scale 1, fp8 at tensor granularity only
     globs     := glob ("," glob)*                     -- fnmatch globs on module names, no '-' or ','
     INT       := [0-9]+

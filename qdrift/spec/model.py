@@ -142,9 +142,11 @@ class TensorScheme:
         object.__setattr__(self, "clip", normalize_clip(self.clip))
         if self.clip != "absmax" and self.source in ("dynamic", "unit"):
             raise ValueError(
-                f"clip: {self.clip!r} needs scales computed from known data (weights or static sources); "
+                f"clip: {self.clip!r} needs scales computed from known data (weights); "
                 f"a {self.source} source takes only 'absmax'"
             )
+        if self.clip != "absmax" and self.source == "static":
+            raise ValueError(STATIC_CLIP_NOT_BUILT.format(clip=self.clip, role="clip"))
         if self.seed is not None and not (_is_int(self.seed) and self.seed >= 0):
             raise ValueError(
                 f"seed: must be None (round to nearest) or a non-negative integer, got {self.seed!r}"
@@ -334,10 +336,19 @@ def check_role(scheme: TensorScheme | None, role: str) -> TensorScheme | None:
         )
     if scheme.clip != "absmax" and source in ("dynamic", "unit"):
         raise ValueError(
-            f"{role}: clip {scheme.clip!r} needs scales computed from known data (weights or static sources); "
+            f"{role}: clip {scheme.clip!r} needs scales computed from known data (weights); "
             f"{role} with {source} scales take only 'absmax'"
         )
+    if scheme.clip != "absmax" and source == "static":
+        raise ValueError(STATIC_CLIP_NOT_BUILT.format(clip=scheme.clip, role=role))
     return scheme if scheme.source is not None else dataclasses.replace(scheme, source=source)
+
+
+# Calibration observes each tensor's range (min and max), so a static scale is absmax; a clipped
+# one would need the calibration data itself. Refused rather than ignored.
+STATIC_CLIP_NOT_BUILT = ("{role}: clip {clip!r} on static (calibrated) scales is not built: calibration keeps each "
+                         "tensor's observed range, so static scales are absmax. Drop the clip flag (clipping is "
+                         "built for weights)")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ class ShortFormResult(Result):
 
     @property
     def flip_rate(self) -> float:
-        return self.value("flip rate")
+        """Share of items whose answer changed; nan when no item has a discrete answer (rolling loglikelihood)."""
+        return self.value("flip rate") if any(r["quantity"] == "flip rate" for r in self.rows) else math.nan
 
     @property
     def accuracy(self) -> PairedResult:
@@ -63,7 +64,8 @@ def _pairs(base_rows, variant_rows):
         raise ValueError(f"{len(lonely)} unpaired items (e.g. {_item(ex)}, "
                          f"only in {'base' if ex['_merge'] == 'left_only' else 'variant'}): run both on the same items")
     if "prompt_hash_b" in merged:
-        differ = merged["prompt_hash_b"] != merged["prompt_hash_v"]
+        both_missing = merged["prompt_hash_b"].isna() & merged["prompt_hash_v"].isna()
+        differ = (merged["prompt_hash_b"] != merged["prompt_hash_v"]) & ~both_missing
         if differ.any():
             ex = merged.loc[differ].iloc[0]
             raise ValueError(f"{int(differ.sum())} items were asked with different prompts (e.g. "
@@ -114,11 +116,16 @@ def compare_short_form(base_rows, variant_rows, *, alpha: float = 0.05, n_boot: 
             q = r["quantity"] if r["quantity"].startswith("accuracy") else f"accuracy {r['quantity']}"
             rows.append({**r, "quantity": q})
 
-    flips = (m["answer_b"].astype(str) != m["answer_v"].astype(str)).to_numpy(float)
-    k = int(flips.sum())
-    lo, hi = proportion_confint(k, n, alpha=alpha, method="wilson")
-    rows.append(_row("flip rate", flips.mean(), math.sqrt(flips.mean() * (1 - flips.mean()) / n), lo, hi, None,
-                     f"{k} of {n} answers changed; Wilson"))
+    answered = (m["answer_b"].notna() & m["answer_v"].notna()).to_numpy()  # rolling loglikelihood: no answer
+    flips = np.where(answered, (m["answer_b"].astype(str) != m["answer_v"].astype(str)).to_numpy(float), np.nan)
+    k, n_ans = int(np.nansum(flips)), int(answered.sum())
+    if n_ans:
+        rate = k / n_ans
+        lo, hi = proportion_confint(k, n_ans, alpha=alpha, method="wilson")
+        rows.append(_row("flip rate", rate, math.sqrt(rate * (1 - rate) / n_ans), lo, hi, None,
+                         f"{k} of {n_ans} answers changed; Wilson"))
+    if n_ans < n:
+        notes.append(f"{n - n_ans} items have no discrete answer (loglikelihood_rolling): left out of the flip rate")
 
     per_item = m[list(KEYS)].copy()
     per_item["flip"] = flips

@@ -123,5 +123,7 @@ class QdriftLM(HFLM):
     def _model_call(self, inps: torch.Tensor, attn_mask=None, labels=None) -> torch.Tensor:
         if attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        with torch.no_grad():
+        # As HFLM's own call, mixed precision included; use_cache=False is the only change.
+        with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                                             enabled=self.mixed_precision_dtype is not None):
             return self.model(inps, use_cache=False).logits

@@ -36,6 +36,14 @@ def _mc_fields(sample: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _first_pair(sample: dict[str, Any]) -> tuple:
+    """The (log-likelihood, is_greedy) pair of a loglikelihood sample's filtered response."""
+    resp = sample["filtered_resps"]
+    while isinstance(resp, (list, tuple)) and resp and isinstance(resp[0], (list, tuple)):
+        resp = resp[0]
+    return tuple(resp)
+
+
 def _answer(sample: dict[str, Any]) -> str:
     resp = sample["filtered_resps"]
     while isinstance(resp, (list, tuple)) and resp:
@@ -72,6 +80,14 @@ def rows_from_samples(
             row["answer"] = str(row["pred"])
             if "acc_norm" in s:
                 row["acc_norm"] = float(s["acc_norm"])
+        elif output_type == "loglikelihood":
+            # lm-eval's answer to a loglikelihood request is whether the continuation is the greedy one
+            # (what `acc` scores), not the log-likelihood, which any quantization moves
+            row["answer"] = str(bool(_first_pair(s)[1]))
+            row["target"] = str(s.get("target"))
+        elif output_type == "loglikelihood_rolling":
+            row["answer"] = None  # a perplexity has no discrete answer to flip
+            row["target"] = str(s.get("target"))
         else:
             row["answer"] = _answer(s)
             row["target"] = str(s.get("target"))

@@ -67,3 +67,24 @@ def test_rows_pair_item_by_item_in_paired_from_rows():
     res = paired_from_rows(all_rows, "spec", "w16-a16-kv:16", "w4g32-a16-kv:16",
                            item_cols=("task", "filter", "doc_id"), outcome="correct", n_boot=0)
     assert res.diff == pytest.approx(-0.5)
+
+
+def _ll_rows(lls, greedy, spec="w16-a16-kv:16", output_type="loglikelihood", hashes=True):
+    samples = [{"doc_id": i, "filtered_resps": [(ll, g)], "acc": float(g), "target": " x",
+                **({"prompt_hash": "h"} if hashes else {})} for i, (ll, g) in enumerate(zip(lls, greedy, strict=True))]
+    return rows_from_samples("lambada", samples, output_type, spec=spec)
+
+
+def test_a_loglikelihood_tasks_answer_is_whether_the_continuation_is_greedy_not_its_loglikelihood():
+    base = _ll_rows([-2.0, -3.0, -4.0, -5.0], [True, True, False, True])
+    var = _ll_rows([-2.01, -3.01, -4.01, -5.5], [True, True, False, False], spec="w8-a16-kv:16")
+    assert compare_short_form(base, var, n_boot=0).flip_rate == 0.25  # one greedy answer changed, not all four
+
+
+def test_a_rolling_loglikelihood_has_no_answer_to_flip_and_missing_prompt_hashes_pair():
+    base = _ll_rows([-2.0, -3.0], [True, True], output_type="loglikelihood_rolling", hashes=False)
+    var = _ll_rows([-2.1, -3.1], [True, True], spec="w8-a16-kv:16", output_type="loglikelihood_rolling",
+                   hashes=False)
+    result = compare_short_form(base, var, n_boot=0)
+    assert math.isnan(result.flip_rate)
+    assert any("no discrete answer" in n for n in result.notes)

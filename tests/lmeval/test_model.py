@@ -66,3 +66,19 @@ def test_pretrained_organism_is_the_embedded_model():
     lm = QdriftLM(pretrained="organism", spec="w8-a16-kv:16")
     assert lm.base_name == "organism" and lm.tokenizer.eos_token == "<|im_end|>"
     assert str(spec_of(lm.model)) == "w8-a16-kv:16"
+
+
+def test_loglikelihood_scoring_honours_mixed_precision_as_lm_evals_own_model_does():
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from qdrift.tiny import tiny_model, tiny_tokenizer
+
+    def score(cls, dtype):
+        lm = cls(pretrained=tiny_model("llama"), tokenizer=tiny_tokenizer(), mixed_precision_dtype=dtype,
+                 batch_size=1)
+        req = Instance("loglikelihood", {}, ("The cat ", "sat on the mat"), 0)
+        return lm.loglikelihood([req], disable_tqdm=True)[0][0]
+
+    reference = score(HFLM, "bfloat16")
+    assert score(QdriftLM, "bfloat16") == reference != score(QdriftLM, None)

@@ -53,6 +53,12 @@ def _available(device: str | None) -> torch.device:
     return torch.device(device)
 
 
+def _blocks_from_position_zero(spec: QuantSpec) -> bool:
+    """Whether the spec's KV cache has dynamic per-channel scales over token blocks (`k:4c16@dyn`)."""
+    return any(t is not None and t.granularity == "channel" and t.source == "dynamic"
+               for t in (spec.kv.keys, spec.kv.values))
+
+
 @register_model("qdrift")
 class QdriftLM(HFLM):
     """HFLM whose model is quantized in place by `spec` (None or "w16-a16-kv:16": the baseline)."""
@@ -80,6 +86,12 @@ class QdriftLM(HFLM):
                 raise ValueError("tokenizer=None with a model object: pass the model's tokenizer "
                                  "(qdrift never fetches one from the hub)")
         self.spec, apply = resolve_spec(model, spec)
+        if str(batch_size) != "1" and _blocks_from_position_zero(self.spec):
+            raise ValueError(
+                f"spec {self.spec} computes key/value scales over blocks of tokens counted from the cache's first "
+                f"position, and lm-eval left-pads batched generation, so the padding would enter the scales and "
+                f"shift the blocks: an item's result would depend on its batch. Use batch_size=1 with this spec "
+                f"(got {batch_size!r})")
         if apply:
             quantize(model, self.spec, calibration=calibration)
         self.applied_here = apply

@@ -82,3 +82,10 @@ def test_loglikelihood_scoring_honours_mixed_precision_as_lm_evals_own_model_doe
 
     reference = score(HFLM, "bfloat16")
     assert score(QdriftLM, "bfloat16") == reference != score(QdriftLM, None)
+
+
+def test_token_block_kv_scales_with_batched_generation_are_refused_naming_batch_size_1():
+    with pytest.raises(ValueError, match="left-pads batched generation.*batch_size=1"):
+        QdriftLM(pretrained="tiny:llama", spec="w16-a16-k:4c16@dyn-v:4@dyn", batch_size=4)
+    assert QdriftLM(pretrained="tiny:llama", spec="w16-a16-k:4c16@dyn-v:4@dyn", batch_size=1)
+    assert QdriftLM(pretrained="tiny:llama", spec="w16-a16-kv:4@dyn", batch_size=4)  # per-token scales: no blocks

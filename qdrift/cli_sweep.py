@@ -105,9 +105,9 @@ def cmd_sweep_cell(args) -> int:
             print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
             if sink is not None:  # an agent run still gets the cell's numbers, from the store
                 rec = next(c for c in store.cells("done") if c["key"] == cell.key)
-                kinds = ("episode", "step", "drift") if cell.horizon is not None else ("item",)
+                kinds = ("episode", "step") if cell.horizon is not None else ("item",)
+                kinds += ("drift",) if cell.config().get("drift") else ()  # a drift cell's rows, as when it ran
                 rows = {k: store.rows(k, keys=[cell.key]) for k in kinds}
-                rows = {k: v for k, v in rows.items() if v or k != "drift"}  # drift rows only where the cell has them
                 sink(CellResult(cell, rows, None, rec["started"], rec["finished"]))
             _report_sink(sink)
             return 0

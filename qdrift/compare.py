@@ -88,7 +88,7 @@ def _cell_table(episodes: list[dict], steps: list[dict]) -> list[str]:
         c[0] += bool(e["success"])
         c[1] += 1
     lines = ["| config | horizon | episodes | success | step accuracy |", "|---|---|---|---|---|"]
-    for (config, h), (succ, n) in sorted(cells.items()):  # not commit order, which varies run to run
+    for (config, h), (succ, n) in cells.items():
         right, total = acc.get((config, h), (0, 0))
         step_acc = f"{right / total:.4f}" if total else "-"
         lines.append(f"| `{config}` | {h} | {n} | {succ / n:.3f} | {step_acc} |")
@@ -100,7 +100,7 @@ def _agent_section(model: str, env: str, episodes: list[dict], steps: list[dict]
     from qdrift import stats
 
     lines = [f"## {model} on {env}", ""] + _cell_table(episodes, steps)
-    configs = sorted({r["config"] for r in episodes})
+    configs = list(dict.fromkeys(r["config"] for r in episodes))
     if baseline not in configs:
         return lines + [f"No baseline: no rows with config '{baseline}' (configs here: {', '.join(configs)}).", ""]
     curves = _try(lines, "Success by horizon", lambda: stats.success_by_horizon(episodes, "config"))
@@ -160,14 +160,14 @@ def _short_form_section(model: str, task: str, items: list[dict], baseline: str)
             unscored[r["config"]] += 1
         else:
             by[r["config"]].append(float(r["correct"]))
-    lines += [f"| `{c}` | {len(v)} | {sum(v) / len(v):.4f} |" for c, v in sorted(by.items())] + [""]
+    lines += [f"| `{c}` | {len(v)} | {sum(v) / len(v):.4f} |" for c, v in by.items()] + [""]
     if unscored:
         lines += ["Items without a score (no recognised metric), left out: "
                   + ", ".join(f"`{c}` {n}" for c, n in sorted(unscored.items())), ""]
     items = [r for r in items if r["correct"] is not None]
     if not items:
         return lines
-    for variant in sorted(c for c in by if c != baseline):
+    for variant in (c for c in by if c != baseline):
         if {"doc_id", "answer"} <= items[0].keys():  # lm-eval rows: accuracy, flips, KL, gold log-prob
             from qdrift.lmeval.compare import compare_short_form
 
@@ -258,6 +258,6 @@ def _group(rows: list[dict], setting_of: dict[str, str]) -> dict[tuple[str, str,
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["model"], r["task"], setting_of[r["cell"]])].append(r)
-    for group in groups.values():  # by config and horizon, so no table depends on the order cells finished
+    for group in groups.values():  # by config and horizon: no table or section follows the order cells finished
         group.sort(key=lambda r: (str(r["config"]), r.get("horizon") or 0))
     return dict(groups)

@@ -62,9 +62,8 @@ def _plain(value: Any) -> Any:
     """JSON for what json cannot write itself: numpy scalars and arrays as numbers and lists (their
     str() would store "False" or "5" as strings, which read back as true and as text), anything
     else as its str() as before."""
-    if type(value).__module__ == "numpy":
-        if hasattr(value, "tolist"):
-            return value.tolist()
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
     return str(value)
 
 

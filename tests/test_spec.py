@@ -508,3 +508,15 @@ def test_importing_the_spec_loads_only_the_standard_library_and_pyyaml():
     ]
     assert not foreign, f"qdrift.spec pulled in {foreign}"
     assert "qdrift.spec" in out
+
+
+def test_a_served_fingerprint_names_the_spec_and_other_servers_name_none():
+    from qdrift import __version__
+    from qdrift.spec.fingerprint import served_fingerprint, served_tag
+
+    spec = "w4g128-a16-kv:16"
+    assert served_fingerprint(spec) == f"qdrift-{__version__}-{QuantSpec.parse(spec).hash}"
+    assert served_tag(served_fingerprint(spec)) == QuantSpec.parse(spec).hash
+    assert served_tag(served_fingerprint(None)) == "baseline"
+    for other in ("fp_44709d6fcb", "", None, "qdrift-baseline"):
+        assert served_tag(other) is None

@@ -112,10 +112,18 @@ def path_source_sha256(ref: str) -> str | None:
     every cell already carries)."""
     if not isinstance(ref, str) or "@" not in ref:
         return None
-    path = Path(ref.rpartition("@")[0]).expanduser()
+    path, _ = _path_ref(ref)
     if not path.is_file():
         raise FileNotFoundError(f"environment file not found: {path} (from {ref!r})")
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _path_ref(ref: str) -> tuple[Path, str]:
+    """(file, class name) of a `path/to/file.py@ClassName` reference."""
+    file_part, _, class_name = ref.rpartition("@")
+    if not file_part or not class_name:
+        raise ValueError(f"path reference must look like 'path/to/file.py@ClassName', got {ref!r}")
+    return Path(file_part).expanduser(), class_name
 
 
 def load_environment(ref: str):
@@ -123,10 +131,7 @@ def load_environment(ref: str):
     if not isinstance(ref, str) or not ref:
         raise ValueError(f"environment reference must be a name or 'path.py@Class', got {ref!r}")
     if "@" in ref:
-        file_part, _, class_name = ref.rpartition("@")
-        if not file_part or not class_name:
-            raise ValueError(f"path reference must look like 'path/to/file.py@ClassName', got {ref!r}")
-        return _load_class(Path(file_part).expanduser(), class_name, ref)
+        return _load_class(*_path_ref(ref), ref)
     named = {**BUILTIN, **OPTIONAL}
     if ref not in named:
         close = difflib.get_close_matches(ref, named, n=1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from qdrift.report.precision import precision_of
+from qdrift.spec.fingerprint import served_tag
 from qdrift.spec.model import QuantSpec
 
 SCHEMA_VERSION = "1.0"
@@ -68,15 +68,12 @@ def load_card(path: str | Path) -> dict:
     return validate_card(card, str(path))
 
 
-_QDRIFT_FINGERPRINT = re.compile(r"^qdrift-.+-(?P<tag>baseline|[0-9a-f]+)$")
-
-
 def _served_tags(fingerprints: list[str]) -> set[str] | None:
     """The spec tags in qdrift servers' fingerprints, or None when any answer came from another server."""
-    matches = [_QDRIFT_FINGERPRINT.match(f) for f in fingerprints]
-    if not matches or not all(matches):
+    tags = [served_tag(f) for f in fingerprints]
+    if not tags or None in tags:
         return None
-    return {m["tag"] for m in matches}
+    return set(tags)
 
 
 def _check_served_spec(spec: QuantSpec, fingerprints: list[str]) -> None:

@@ -12,6 +12,7 @@ the chunks are still OpenAI's (role, content and tool_calls deltas, finish_reaso
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import threading
@@ -60,19 +61,25 @@ def _describe_errors(errors) -> tuple[str, str | None]:
     return "; ".join(dict.fromkeys(parts)), param
 
 
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level map, inverted: vocabulary character -> the byte it stands for (built once)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
 def _token_bytes(tokenizer, tid: int, text: str) -> list[int] | None:
     """The token's own UTF-8 bytes. Decoding one token of a character split across tokens gives
     U+FFFD, not its bytes: a byte-level BPE token's bytes are read from its vocabulary string (GPT-2's
     byte-to-character map); otherwise they are not known, and null is what OpenAI's schema allows."""
     if "\ufffd" not in text:
         return list(text.encode("utf-8"))
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
     decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
     if type(decoder).__name__ != "ByteLevel":
         return None
     piece = tokenizer.convert_ids_to_tokens(tid)
-    to_byte = {c: b for b, c in bytes_to_unicode().items()}
+    to_byte = _byte_of_char()
     if isinstance(piece, str) and piece and all(c in to_byte for c in piece):
         return [to_byte[c] for c in piece]
     return None

@@ -123,11 +123,9 @@ class ServedModel:
     @property
     def fingerprint(self) -> str:
         """qdrift-<version>-<spec hash> ('baseline' when unquantized): what a client measured."""
-        from qdrift import __version__
-        from qdrift.spec import QuantSpec
+        from qdrift.spec.fingerprint import served_fingerprint
 
-        tag = QuantSpec.parse(self.spec).hash if self.spec else "baseline"
-        return f"qdrift-{__version__}-{tag}"
+        return served_fingerprint(self.spec)
 
     # ------------------------------------------------------------------------------ prepare
 

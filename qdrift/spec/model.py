@@ -146,7 +146,7 @@ class TensorScheme:
                 f"a {self.source} source takes only 'absmax'"
             )
         if self.clip != "absmax" and self.source == "static":
-            raise ValueError(STATIC_CLIP_NOT_BUILT.format(clip=self.clip, role="clip"))
+            raise ValueError("clip: " + STATIC_CLIP_NOT_BUILT.format(clip=self.clip))
         if self.seed is not None and not (_is_int(self.seed) and self.seed >= 0):
             raise ValueError(
                 f"seed: must be None (round to nearest) or a non-negative integer, got {self.seed!r}"
@@ -340,13 +340,13 @@ def check_role(scheme: TensorScheme | None, role: str) -> TensorScheme | None:
             f"{role} with {source} scales take only 'absmax'"
         )
     if scheme.clip != "absmax" and source == "static":
-        raise ValueError(STATIC_CLIP_NOT_BUILT.format(clip=scheme.clip, role=role))
+        raise ValueError(f"{role}: " + STATIC_CLIP_NOT_BUILT.format(clip=scheme.clip))
     return scheme if scheme.source is not None else dataclasses.replace(scheme, source=source)
 
 
 # Calibration observes each tensor's range (min and max), so a static scale is absmax; a clipped
 # one would need the calibration data itself. Refused rather than ignored.
-STATIC_CLIP_NOT_BUILT = ("{role}: clip {clip!r} on static (calibrated) scales is not built: calibration keeps each "
+STATIC_CLIP_NOT_BUILT = ("{clip!r} clipping on static (calibrated) scales is not built: calibration keeps each "
                          "tensor's observed range, so static scales are absmax. Drop the clip flag (clipping is "
                          "built for weights)")
 

@@ -24,8 +24,8 @@ class Cell:
     version: str | None = None  # qdrift version; None means the running one
     calibration: Calibration | None = None  # set only when the spec has static scales
     dtype: str | None = None  # None: float32 (then not in the key, so earlier stores stay valid)
-    # sha256 of a path environment's file, read once when the cell is made (`for_task`), so a file
-    # edited during a sweep cannot change the key of a cell already running
+    # sha256 of a path environment's file, read when the cell is made (`make_cell`), so a file edited
+    # during a sweep cannot change the key of a cell already running
     env_sha256: str | None = None
 
     def config(self) -> dict[str, Any]:
@@ -82,17 +82,21 @@ def env_source(task) -> str | None:
     return path_source_sha256(task.env) if isinstance(task, AgentTask) else None
 
 
-def expand(sweep: Sweep) -> list[Cell]:
-    """Every cell of the grid, grouped by model then spec (so each variant is quantized once)."""
+def make_cell(sweep: Sweep, model: str, spec: str, task, horizon: int | None) -> Cell:
+    """The cell of one (model, spec, task, horizon) of `sweep`, as every path makes it: the sweep's
+    calibration only for specs with static scales, its dtype, a path environment's file hash."""
     from qdrift.sweep.calibration import needs_calibration
 
+    return Cell(model, spec, task, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
+                dtype=sweep.dtype, env_sha256=env_source(task))
+
+
+def expand(sweep: Sweep) -> list[Cell]:
+    """Every cell of the grid, grouped by model then spec (so each variant is quantized once)."""
     cells = []
     for model in sweep.models:
         for spec in sweep.specs:
-            calibration = sweep.calibration if needs_calibration(spec) else None
             for task in sweep.tasks:
                 horizons = task.horizons if isinstance(task, AgentTask) else (None,)
-                source = env_source(task)
-                cells += [Cell(model, spec, task, h, calibration=calibration, dtype=sweep.dtype, env_sha256=source)
-                          for h in horizons]
+                cells += [make_cell(sweep, model, spec, task, h) for h in horizons]
     return cells

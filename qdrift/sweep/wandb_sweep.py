@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from qdrift.sweep.cells import Cell
+from qdrift.sweep.cells import Cell, make_cell
 from qdrift.sweep.file import BASELINE, AgentTask, Sweep
 
 COMMAND_PREFIX = ["${env}", "${interpreter}", "-m", "qdrift.cli", "sweep", "cell"]
@@ -96,11 +96,7 @@ def select_cell(sweep: Sweep, model: str, spec: str, task: str, horizon: int | N
         _pick("horizon", horizon, chosen.horizons, f"{sweep.source} (task {task!r})")
     elif horizon is not None:
         raise ValueError(f"task {task!r} is a short-form task and has no horizon; drop --horizon {horizon}")
-    from qdrift.sweep.calibration import needs_calibration
-    from qdrift.sweep.cells import env_source
-
-    return Cell(model, spec, chosen, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
-                dtype=sweep.dtype, env_sha256=env_source(chosen))
+    return make_cell(sweep, model, spec, chosen, horizon)
 
 
 def single_cell_sweep(sweep: Sweep, cell: Cell) -> Sweep:

@@ -27,7 +27,7 @@ from qdrift.store import Store, canonical_json
 
 # Config fields that change what a task measures, apart from the spec and the seeds: cells that
 # differ in one are different measurements, reported apart and never paired with each other.
-SETTING_KEYS = ("knobs", "prompt", "max_new_tokens", "runner", "limit", "options", "dtype")
+SETTING_KEYS = ("knobs", "prompt", "max_new_tokens", "runner", "limit", "options", "dtype", "device")
 
 
 def _setting(cfg: dict) -> str:

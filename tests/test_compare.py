@@ -150,6 +150,17 @@ def test_cells_measured_in_another_setting_are_reported_apart_never_pooled_or_su
     assert text.count("| `baseline` | 4 | 12 |") == 2  # each section has its own 12 episodes, not 24
 
 
+def test_cells_run_on_a_gpu_are_reported_apart_from_cpu_cells(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store, extra={"knobs": {}})
+        fill(store, extra={"knobs": {}, "device": "cuda"})  # the same cells, another device's rounding
+    out = tmp_path / "report.md"
+    assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert '## organism on pointer_chase [{"device":"cuda","knobs":{}}]' in text
+    assert text.count("| `baseline` | 4 | 12 |") == 2
+
+
 def test_the_report_does_not_depend_on_the_order_cells_were_committed(tmp_path):
     reports = []
     for order in (("baseline", "w4g128-a16-kv:16", "w8-a16-kv:16"), ("w8-a16-kv:16", "w4g128-a16-kv:16", "baseline")):

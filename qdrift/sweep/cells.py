@@ -27,6 +27,10 @@ class Cell:
     # sha256 of a path environment's file, read when the cell is made (`make_cell`), so a file edited
     # during a sweep cannot change the key of a cell already running
     env_sha256: str | None = None
+    # "cuda" when the models run on a GPU, whose kernels round differently from the CPU's: a store
+    # filled on one must not resume cells for the other. None: the CPU (not in the key, so earlier
+    # stores stay valid). Which GPU index ran it does not matter, so only the kind is kept.
+    device: str | None = None
 
     def config(self) -> dict[str, Any]:
         import qdrift
@@ -44,6 +48,8 @@ class Cell:
         }
         if self.dtype is not None:
             config["dtype"] = self.dtype
+        if self.device is not None:
+            config["device"] = self.device
         if self.calibration is not None:
             config["calibration"] = self.calibration.config()
         if isinstance(t, AgentTask):
@@ -84,11 +90,18 @@ def env_source(task) -> str | None:
 
 def make_cell(sweep: Sweep, model: str, spec: str, task, horizon: int | None) -> Cell:
     """The cell of one (model, spec, task, horizon) of `sweep`, as every path makes it: the sweep's
-    calibration only for specs with static scales, its dtype, a path environment's file hash."""
+    calibration only for specs with static scales, its dtype and device kind, a path environment's file hash."""
     from qdrift.sweep.calibration import needs_calibration
 
     return Cell(model, spec, task, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
-                dtype=sweep.dtype, env_sha256=env_source(task))
+                dtype=sweep.dtype, env_sha256=env_source(task), device=device_kind(sweep.device))
+
+
+def device_kind(device: str | None) -> str | None:
+    """The part of a sweep's `device:` that changes numerics: None for the CPU, "cuda" for any GPU."""
+    if device is None or device == "cpu":
+        return None
+    return device.split(":", 1)[0]
 
 
 def expand(sweep: Sweep) -> list[Cell]:

@@ -20,7 +20,7 @@
         options: {num_fewshot: 5}       # optional, passed to the runner
     calibration: {env: pointer_chase}   # required when a spec has static scales (qdrift.sweep.calibration)
     dtype: bfloat16                     # optional: the models' dtype (float32 unless set; enters the cell key)
-    device: cuda                        # optional: where the models run (cpu unless set; not in the key)
+    device: cuda                        # optional: where the models run (cpu unless set; a GPU's cells are keyed apart)
     batch: 50                           # optional, episodes in lockstep
     threads: 2                          # optional, torch CPU threads (per worker under Ray)
     executor: ray                       # optional: 'local' (the default, cells one by one) or 'ray'
@@ -122,7 +122,7 @@ class Sweep:
     wandb: WandbOptions | None = None
     calibration: Calibration | None = None  # enters the key of the cells whose spec calibrates
     dtype: str | None = None  # None: float32; a set dtype enters every cell's key
-    device: str | None = None  # None: cpu; how the cells run, not what they measure
+    device: str | None = None  # None: cpu; a GPU rounds differently, so cells.make_cell keys its cells apart
 
 
 class SweepError(ValueError):

@@ -54,12 +54,16 @@ def test_the_cell_runs_with_the_tasks_prompt(monkeypatch):
     assert rows["step"][0]["raw"].startswith("<tool_call>")  # the prefilled opening is part of the call text
 
 
-def test_dtype_enters_the_key_and_device_does_not():
+def test_dtype_enters_the_key_and_so_does_a_gpu_but_not_the_cpu():
     plain = expand(parse_sweep(BASE))[0]
     bf16 = expand(parse_sweep(BASE + "dtype: bfloat16\n"))[0]
     cpu = expand(parse_sweep(BASE + "device: cpu\n"))[0]
+    gpu0, gpu1 = (expand(parse_sweep(BASE + f"device: {d}\n"))[0] for d in ("cuda", "cuda:1"))
     assert bf16.config()["dtype"] == "bfloat16" and bf16.key != plain.key
-    assert cpu.key == plain.key
+    assert cpu.key == plain.key and "device" not in cpu.config()  # stores made before keep their keys
+    # a GPU rounds differently from the CPU: its cells never resume CPU results (any index alike)
+    assert gpu0.config()["device"] == "cuda" and gpu0.key != plain.key and gpu1.key == gpu0.key
+    assert gpu0.baseline().key != plain.baseline().key  # its variants pair with the GPU's baseline
 
 
 @pytest.mark.parametrize("line, message", [

@@ -10,7 +10,8 @@ Python with `eval`; qdrift never evaluates model output, so calls go through her
   backend instances (BFCL's classes, `bfcl_eval...func_source_code`, which import cleanly with
   qdrift's dependencies; mpmath comes with torch) and calling it with keyword arguments;
 * results are turned into text as BFCL does (strings as they are, dicts as JSON, else `str`), an
-  exception into ``Error during execution: ...``;
+  exception into ``Error during execution: ...``; so is a call whose arguments ask for a computation
+  that would not finish (a power of a trillion digits: `cost_bounds`);
 * a turn passes when BFCL's own `state_checker` and `response_checker` (imported from
   `multi_turn_checker`, which needs nothing missing) accept the model's instances and results
   against the ground truth's, executed on separate instances.
@@ -26,6 +27,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from qdrift.bfcl.cost_bounds import unbounded_cost
 from qdrift.bfcl.data import MULTI_TURN, category_stem, data_dir, read_answers, read_entries
 from qdrift.envs.base import ToolCall
 
@@ -163,6 +165,9 @@ def execute(call: ToolCall, methods: dict[str, Any]) -> str:
     method = methods.get(call.name)
     if method is None:
         return f"Error during execution: no function named {call.name!r}"
+    too_costly = unbounded_cost(method, call.arguments)
+    if too_costly:
+        return f"Error during execution: {too_costly}"
     try:
         result = method(**call.arguments)
         if isinstance(result, str):

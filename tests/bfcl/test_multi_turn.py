@@ -117,6 +117,38 @@ def test_a_result_too_large_to_print_is_an_execution_error_not_a_crash():
     assert r.valid and r.observation.startswith("Error during execution")
 
 
+@pytest.mark.parametrize("name, arguments, bound", [
+    ("power", {"base": 10, "exponent": 10**12}, "computed up to 1,000,000 digits"),
+    ("logarithm", {"value": 2, "base": 10, "precision": 10**9}, "above the 10,000 digits"),
+    ("square_root", {"number": 2, "precision": 10**9}, "above the 10,000 digits"),
+])
+def test_a_call_that_would_not_finish_is_an_execution_error_never_computed(monkeypatch, name, arguments, bound):
+    from qdrift.bfcl.multi_turn import backend_class
+
+    called = []
+
+    def computed(self, **kwargs):  # stands in for BFCL's method, which would run for hours
+        called.append(kwargs)
+        return {"result": 0}
+
+    computed.__name__ = name
+    monkeypatch.setattr(backend_class("MathAPI"), name, computed)
+    e = env(15)  # a MathAPI entry
+    r = e.step(ToolCall(name, arguments))
+    assert not called and r.observation.startswith("Error during execution") and bound in r.observation
+
+
+def test_calls_within_the_bounds_run_as_in_bfcl():
+    e = env(15)
+    assert e.step(ToolCall("power", {"base": 2, "exponent": 10})).observation.startswith('{"result": 1024}')
+    assert e.step(ToolCall("power", {"base": 10, "exponent": 10.5**5})).observation.startswith(
+        "Error during execution")  # a float power overflows at once, as in BFCL
+    big = e.step(ToolCall("power", {"base": 10, "exponent": 999_999})).observation  # just under: computed
+    assert "Exceeds the limit" in big  # ... and then too long to print, as before
+    log = e.step(ToolCall("logarithm", {"value": 8, "base": 2, "precision": 10_000})).observation
+    assert log.startswith("{'result': mpf('3.0"), log  # an mpf is not JSON: BFCL's str() of the dict
+
+
 def test_bfcl_has_no_training_split_and_names_its_knobs():
     from qdrift.envs.registry import make_environment
 

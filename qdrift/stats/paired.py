@@ -46,7 +46,7 @@ class PairedResult(Result):
 
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 2.5))
-        rows = [r for r in self.rows if r["quantity"].startswith(("difference", "TOST"))]
+        rows = [r for r in self.rows if r["quantity"].startswith(("difference", "TOST")) and r["ci_low"] is not None]
         for y, r in enumerate(rows):
             ax.errorbar(
                 r["estimate"],
@@ -206,7 +206,9 @@ def paired_comparison(
     `clusters` (one id per item) adds a cluster-robust SE/CI (t with G-1 df) and makes the bootstrap
     resample clusters. `margin` adds TOST equivalence. McNemar runs when outcomes are 0/1; with float
     scores it is skipped with a note (`mcnemar=True` makes that a ValueError). `n_boot=0` skips the
-    bootstrap. Degenerate data (all differences equal, SE 0) gives a zero-width CI and a note.
+    bootstrap. Degenerate data (all differences equal, SE 0) gives a zero-width CI and a note; TOST
+    then never rests on the zero SE (see `_tost_without_variation`). McNemar's rows need 0/1 outcomes;
+    `mcnemar=False` leaves them out. Accuracies of 0/1 outcomes get Wilson intervals.
     """
     a, b = _outcomes(a, a_name), _outcomes(b, b_name)
     if a.size != b.size:
@@ -227,9 +229,16 @@ def paired_comparison(
     z = stats.norm.ppf(1 - alpha / 2)
     diff, se = float(d.mean()), float(clt_se(d))
     rows = []
+    binary = bool(np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)))
     for name, x in ((a_name, a), (b_name, b)):
         s = float(clt_se(x))
-        rows.append(_row(f"accuracy {name}", x.mean(), s, x.mean() - z * s, x.mean() + z * s, None))
+        if binary:  # Wilson's interval stays inside [0, 1], where the Wald one crosses 1 near 100%
+            from statsmodels.stats.proportion import proportion_confint
+
+            lo, hi = proportion_confint(int(x.sum()), n, alpha=alpha, method="wilson")
+            rows.append(_row(f"accuracy {name}", x.mean(), s, lo, hi, None, "Wilson interval"))
+        else:
+            rows.append(_row(f"accuracy {name}", x.mean(), s, x.mean() - z * s, x.mean() + z * s, None))
     p_z = 2 * stats.norm.sf(abs(diff) / se) if se > 0 else (1.0 if diff == 0 else 0.0)
     if se == 0:
         notes.append(
@@ -257,10 +266,15 @@ def paired_comparison(
             )
         )
         tost_se = cse
+        if cse == 0 and se > 0:
+            # Each cluster's differences cancel, so the sandwich estimate is 0 although items differ:
+            # a zero that would make any margin "equivalent". TOST keeps the item-level (CLT) SE.
+            tost_se = se
+            notes.append("the cluster-robust SE is 0 (every cluster's differences cancel) while items differ: "
+                         "TOST uses the CLT SE instead")
 
-    binary = bool(np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)))
     n01 = n10 = table = None
-    if binary:
+    if binary and mcnemar is not False:
         from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
         n01, n10 = int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum())
@@ -274,6 +288,8 @@ def paired_comparison(
             notes.append("no discordant items: McNemar p = 1")
     elif mcnemar:
         raise ValueError("McNemar needs 0/1 outcomes; got float scores (use the CLT/bootstrap rows)")
+    elif mcnemar is False:
+        pass
     else:
         notes.append(
             "outcomes are not all 0/1: McNemar skipped (CLT, cluster and bootstrap rows still apply)"
@@ -299,20 +315,24 @@ def paired_comparison(
     if margin is not None:
         if margin <= 0:
             raise ValueError(f"margin must be positive, got {margin}")
-        if codes is None and se > 0:
+        df_t = df if codes is not None else n - 1
+        t1 = stats.t.ppf(1 - alpha, df_t)
+        lo_t, hi_t = diff - t1 * tost_se, diff + t1 * tost_se
+        if se == 0:
+            units = df + 1 if codes is not None else n  # clusters, or items
+            p_t = _tost_without_variation(diff, margin, units)
+            notes.append(_no_variation_note(diff, margin, units, codes is not None))
+            # the interval that matches p_t: the exact one-sided bound on the share of differing items
+            bound = 1 - alpha ** (1 / units) if diff == 0 else None
+            lo_t, hi_t = (None, None) if bound is None else (diff - bound, diff + bound)
+        elif codes is None:
             from statsmodels.stats.weightstats import ttost_paired
 
-            p_t, df_t = float(ttost_paired(b, a, -margin, margin)[0]), n - 1
+            p_t = float(ttost_paired(b, a, -margin, margin)[0])
         else:
-            df_t = df if codes is not None else n - 1
             p_t = float(tost_p(diff, tost_se, margin, df_t))
-        t1 = stats.t.ppf(1 - alpha, df_t)
         conclusion = f"equivalent within ±{margin:g}" if p_t < alpha else "cannot claim equivalence"
-        rows.append(
-            _row(
-                f"TOST ±{margin:g}", diff, tost_se, diff - t1 * tost_se, diff + t1 * tost_se, p_t, conclusion
-            )
-        )
+        rows.append(_row(f"TOST ±{margin:g}", diff, tost_se, lo_t, hi_t, p_t, conclusion))
         notes.append(
             f"TOST CI is the {100 * (1 - 2 * alpha):g}% interval; equivalence iff it lies in ±{margin:g}"
         )
@@ -337,6 +357,27 @@ def paired_comparison(
             "table": table,
         },
     )
+
+
+def _tost_without_variation(diff: float, margin: float, units: int) -> float:
+    """TOST's p-value when every paired difference is the same (SE 0), where the t statistic is undefined.
+
+    No difference at all: outcomes lie in [0, 1], so each paired difference is in [-1, 1] and a true
+    mean difference of at least `margin` needs a nonzero difference on at least that share of items.
+    Seeing none in `units` independent units (items, or clusters: a cluster may differ as one) then
+    has probability at most (1 - margin)^units, an exact bound that is the p-value. A zero SE alone is
+    no evidence (100 agreeing items leave a difference of up to 3.6 points open at 95%). Any other
+    constant difference gives nothing to test: p = 1. Written by hand: statsmodels' TOST divides by the SE.
+    """
+    return float((1 - min(margin, 1.0)) ** units) if diff == 0 else 1.0
+
+
+def _no_variation_note(diff: float, margin: float, units: int, clustered: bool) -> str:
+    what = "clusters" if clustered else "items"
+    if diff == 0:
+        return (f"no item differs: TOST p is the exact bound (1 - {margin:g})^{units} over {units} {what}, "
+                f"not a t test on SE 0")
+    return "every paired difference is the same: no variation to test equivalence on, TOST p = 1"
 
 
 def _frame(rows):

@@ -188,16 +188,71 @@ def test_float_scores_skip_mcnemar_with_note():
     assert r.diff == pytest.approx(0.0)
 
 
-def test_identical_outcomes_are_defined():
+def test_identical_outcomes_are_defined_and_not_called_equivalent_from_a_zero_se():
     a = [1, 0, 1, 1, 0]
     r = paired_comparison(a, a, clusters=[0, 0, 1, 1, 2], margin=0.01)
     assert r.diff == 0 and r.row(quantity="difference (CLT)")["se"] == 0
     assert r.mcnemar_p == 1.0 and r.row(quantity="McNemar mid-p")["p_value"] == 1.0
     assert r.row(quantity="difference (CLT)")["p_value"] == 1.0
-    assert r.conclusion == "equivalent within ±0.01"
+    # five agreeing items in three clusters say little: the exact bound over the clusters
+    assert r.conclusion == "cannot claim equivalence"
+    assert r.row(quantity="TOST ±0.01")["p_value"] == pytest.approx(0.99**3)
     assert any("SE 0" in n for n in r.notes) and any("no discordant" in n for n in r.notes)
     values = [v for row in r.rows for v in row.values() if isinstance(v, float)]
     assert not np.isnan(values).any()
+
+
+def test_tost_keeps_its_size_when_the_configs_rarely_disagree():
+    # b is wrong on 2% of the items a gets right: the true difference (-0.02) is outside ±0.01, so
+    # "equivalent" may be said in at most alpha of the datasets. A zero SE (no disagreement seen, 13%
+    # of datasets at n = 100) used to say it every time.
+    rng = np.random.default_rng(0)
+    said = 0
+    for _ in range(400):
+        a = np.ones(100)
+        b = (rng.random(100) >= 0.02).astype(float)
+        said += paired_comparison(a, b, margin=0.01, n_boot=0).conclusion != "cannot claim equivalence"
+    assert said / 400 <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 400)
+
+
+def test_enough_agreement_is_equivalence_with_the_exact_clopper_pearson_bound():
+    from statsmodels.stats.proportion import proportion_confint
+
+    a = np.r_[np.ones(700), np.zeros(300)]
+    r = paired_comparison(a, a, margin=0.01, n_boot=0)
+    tost = r.row(quantity="TOST ±0.01")
+    upper = proportion_confint(0, 1000, alpha=0.10, method="beta")[1]  # one-sided 95%: 1 - 0.05^(1/1000)
+    assert tost["ci_high"] == pytest.approx(upper) and tost["ci_low"] == pytest.approx(-upper)
+    assert tost["p_value"] == pytest.approx(0.99**1000) and r.conclusion == "equivalent within ±0.01"
+
+
+def test_a_cluster_se_that_cancels_to_zero_does_not_make_equivalence():
+    # clusters 0-2 each hold one item only a gets right and one only b gets right: every cluster's
+    # mean difference is 0, so the sandwich SE is 0 although six items differ
+    a, b = np.ones(100), np.ones(100)
+    for g in range(3):
+        a[10 * g], b[10 * g + 1] = 0, 0
+    clusters = np.repeat(np.arange(10), 10)
+    r = paired_comparison(a, b, clusters=clusters, margin=0.01, n_boot=0)
+    assert r.row(quantity="difference (cluster-robust)")["se"] == 0
+    assert r.conclusion == "cannot claim equivalence"
+    assert any("cluster-robust SE is 0" in n for n in r.notes)
+
+
+def test_accuracy_intervals_are_wilson_inside_zero_one():
+    a = np.r_[np.ones(47), np.zeros(3)]
+    r = paired_comparison(a, a, n_boot=0)
+    row = r.row(quantity="accuracy a")
+    z, n, p = stats.norm.ppf(0.975), 50, 0.94
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z / (1 + z**2 / n) * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((centre - half, centre + half))
+    assert row["ci_high"] < 1
+
+
+def test_mcnemar_false_leaves_mcnemar_out():
+    r = paired_comparison([1, 0, 1, 1], [1, 1, 0, 1], mcnemar=False, n_boot=0)
+    assert not any(row["quantity"].startswith("McNemar") for row in r.rows)
 
 
 # ---------------------------------------------------------------- tidy rows

@@ -11,8 +11,9 @@ failures compound through actions; a rising one says the context itself degrades
 
 The KL slope compares each episode with itself (its own mean removed from KL and from the step),
 so episodes of different horizons, whose levels may differ for other reasons, cannot make a
-slope on their own; an episode with a single step adds nothing to it. Flips are rare, so their
-slope is pooled over episodes.
+slope on their own; an episode with a single step adds nothing to it, so it is left out of that
+fit (and of its cluster count). Flips are rare, so their slope is pooled over episodes. Both slopes
+are judged against t with G - 1 degrees of freedom (G clusters), not the normal.
 
 One-sided p-values test growth (H1: slope > 0). Tokens of an episode share a context, so the
 episode is the cluster; at least two episodes and two distinct steps are needed. The flip slope
@@ -26,7 +27,6 @@ import warnings
 
 import numpy as np
 import statsmodels.api as sm
-from scipy.stats import norm
 from scipy.stats import t as t_dist
 
 from qdrift.stats.divergence import _drift_frame
@@ -55,19 +55,19 @@ def drift_trend(drift_rows, alpha: float = 0.05) -> Result:
     cluster = {"cov_type": "cluster", "cov_kwds": {"groups": groups}}
     notes = []
     kl = df["kl"].to_numpy(float)
-    kl_fit = sm.OLS(_within(kl, groups), _within(steps / PER, groups)).fit(**cluster)
-    crit = t_dist.ppf(1 - alpha / 2, n_groups - 1)
-    slope, se = float(kl_fit.params[0]), float(kl_fit.bse[0])
-    rows = [{
-        "quantity": "KL slope (nats per 100 steps)", "estimate": slope, "se": se,
-        "ci_low": slope - crit * se, "ci_high": slope + crit * se,
-        "p_growth": float(t_dist.sf(slope / se, n_groups - 1)) if se > 0 else None,
-        "detail": f"OLS within episodes, cluster-robust by episode, t({n_groups - 1}); mean KL {kl.mean():.3g}",
-    }]
+    # An episode with one distinct step is all zeros after the within transform: it adds nothing to the
+    # slope or the sandwich, but would still count as a cluster and inflate G/(G-1) and t's degrees of
+    # freedom (Correia 2015 on singletons under fixed effects). So the KL fit uses the others only.
+    multi = (hi > lo)[groups]
+    _, kl_groups = np.unique(groups[multi], return_inverse=True)
+    g_kl = int(kl_groups.max()) + 1
+    dropped = n_groups - g_kl
+    if dropped:
+        notes.append(f"{dropped} episode(s) with a single step left out of the KL slope (nothing within them to "
+                     f"compare); its clusters and t degrees of freedom count the {g_kl} others")
+    rows = [_kl_row(kl[multi], steps[multi], kl_groups, g_kl, alpha, notes)]
     flips = 1.0 - df["top1_agree"].to_numpy(float)
     rows.append(_flip_row(flips, groups, sm.add_constant(steps / PER), cluster, alpha, notes))
-    if se == 0:
-        notes.append("KL does not vary with the step (e.g. identical models): no test")
     return Result(
         title="Drift along the trajectory (teacher-forced)",
         method="statsmodels OLS within episodes (KL) / GLM Binomial (flips) on step/100, cluster-robust by "
@@ -76,6 +76,24 @@ def drift_trend(drift_rows, alpha: float = 0.05) -> Result:
         rows=rows,
         notes=notes,
     )
+
+
+def _kl_row(kl, steps, groups, n_groups: int, alpha: float, notes: list) -> dict:
+    row = {"quantity": "KL slope (nats per 100 steps)", "estimate": None, "se": None, "ci_low": None,
+           "ci_high": None, "p_growth": None, "detail": f"mean KL {kl.mean():.3g} over {n_groups} episode(s)"}
+    if n_groups < 2:
+        notes.append("only one episode has more than one step: the KL slope needs two (each is its own cluster)")
+        return row
+    fit = sm.OLS(_within(kl, groups), _within(steps / PER, groups)).fit(cov_type="cluster",
+                                                                        cov_kwds={"groups": groups})
+    crit = t_dist.ppf(1 - alpha / 2, n_groups - 1)
+    slope, se = float(fit.params[0]), float(fit.bse[0])
+    if se == 0:
+        notes.append("KL does not vary with the step (e.g. identical models): no test")
+    row.update(estimate=slope, se=se, ci_low=slope - crit * se, ci_high=slope + crit * se,
+               p_growth=float(t_dist.sf(slope / se, n_groups - 1)) if se > 0 else None,
+               detail=f"OLS within episodes, cluster-robust by episode, t({n_groups - 1}); mean KL {kl.mean():.3g}")
+    return row
 
 
 def _within(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -106,8 +124,10 @@ def _flip_row(flip, groups, exog, cluster, alpha, notes) -> dict:
         notes.append("the step separates flips from agreements perfectly: the flip slope is unbounded")
         return row
     slope, se = float(fit.params[1]), float(fit.bse[1])
-    z = norm.ppf(1 - alpha / 2)
-    row.update(estimate=slope, se=se, ci_low=slope - z * se, ci_high=slope + z * se,
-               p_growth=float(norm.sf(slope / se)) if se > 0 else None,
-               detail=row["detail"] + "; GLM Binomial pooled, cluster-robust by episode, z")
+    # t with G-1 degrees of freedom, as for the KL slope: a normal reference over-rejects with few clusters
+    df = int(groups.max()) + 1 - 1
+    crit = t_dist.ppf(1 - alpha / 2, df)
+    row.update(estimate=slope, se=se, ci_low=slope - crit * se, ci_high=slope + crit * se,
+               p_growth=float(t_dist.sf(slope / se, df)) if se > 0 else None,
+               detail=row["detail"] + f"; GLM Binomial pooled, cluster-robust by episode, t({df})")
     return row

@@ -110,3 +110,30 @@ def test_a_few_flips_get_no_slope():
 def test_bad_rows_are_named(change, message):
     with pytest.raises(ValueError, match=message):
         drift_trend(change(rows(n_eps=4, steps=8)))
+
+
+def test_single_step_episodes_do_not_count_as_clusters_of_the_kl_slope():
+    # They are all zeros after the within transform: they change neither the slope nor the sandwich,
+    # so adding them must not shrink the SE (via G/(G-1)) or widen t's degrees of freedom.
+    df = rows(kl_slope=0.05, n_eps=3, steps=10)
+    singles = rows(n_eps=30, steps=1, seed=3).assign(episode=lambda d: d["episode"] + 100, step=4)
+    alone = drift_trend(df).row(quantity="KL slope (nats per 100 steps)")
+    both = drift_trend(pd.concat([df, singles]))
+    kl = both.row(quantity="KL slope (nats per 100 steps)")
+    for key in ("estimate", "se", "ci_low", "ci_high", "p_growth"):
+        assert kl[key] == pytest.approx(alone[key], rel=1e-9), key
+    assert "t(2)" in kl["detail"] and any("30 episode(s) with a single step" in n for n in both.notes)
+
+
+def test_the_flip_slope_uses_t_with_clusters_minus_one_degrees_of_freedom():
+    import statsmodels.api as sm
+    from scipy import stats
+
+    df = rows(flip_slope=1.0, n_eps=6, steps=30)
+    flip = drift_trend(df).row(quantity="flip log-odds slope (per 100 steps)")
+    exog = sm.add_constant(df["step"].to_numpy() / 100)
+    ref = sm.GLM((~df["top1_agree"]).astype(float).to_numpy(), exog, family=sm.families.Binomial()).fit(
+        cov_type="cluster", cov_kwds={"groups": df["episode"].to_numpy()})
+    slope, se = ref.params[1], ref.bse[1]
+    assert flip["p_growth"] == pytest.approx(stats.t.sf(slope / se, 5))
+    assert flip["ci_high"] == pytest.approx(slope + stats.t.ppf(0.975, 5) * se)

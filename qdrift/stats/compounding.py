@@ -4,7 +4,8 @@ success ~ 1 + variant + h + variant:h with h = log L (or L), centred at the mean
 used, so `variant` is the log-odds gap at the central horizon and `variant:h` is how the gap changes
 per unit h. A deficit that grows with L is a negative interaction; the one-sided p-value tests
 H1: variant:h < 0 (set alternative="two-sided" for either direction). Errors are cluster-robust
-(episodes of one instance are correlated).
+(episodes of one instance are correlated), with statsmodels' small-sample factor over episodes and
+t with G - 1 degrees of freedom for G clusters.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import warnings
 
 import numpy as np
 import statsmodels.api as sm
+from scipy import stats
 from scipy.stats import norm
 
 from qdrift.stats.result import Result
@@ -96,11 +98,11 @@ def interaction_fit(variant, h, s, n, groups=None, alternative: str = "less", al
     """
     variant, h, s, n = (np.asarray(a, float) for a in (variant, h, s, n))
     x = design(variant, h)
-    z = norm.ppf(1 - alpha / 2)
     firth = separated(variant, h, s, n)
     identical = groups is not None and same_counts(variant, h, s, n, np.asarray(groups))
     if identical:
         groups = None
+    df = None  # degrees of freedom of t; None: the normal (model-based errors)
     if firth:
         params, cov = firth_logit(x, s, n)
         bse = np.sqrt(np.diag(cov))
@@ -111,15 +113,25 @@ def interaction_fit(variant, h, s, n, groups=None, alternative: str = "less", al
             if groups is None:
                 res = model.fit()
             else:
-                res = model.fit(cov_type="cluster", cov_kwds={"groups": np.asarray(groups)})
+                res = model.fit(cov_type="cluster", cov_kwds={"groups": np.asarray(groups), "use_correction": False})
         params, bse = np.asarray(res.params), np.asarray(res.bse)
+        if groups is not None:
+            # statsmodels' small-sample factor G/(G-1) (N-1)/(N-K), with N the episodes (n.sum()), not
+            # the aggregated rows it sees, so a fit on cells equals one on episodes; and t with G - 1
+            # degrees of freedom, as for any cluster-robust test with few clusters (a normal reference
+            # rejected a true null 13.5% of the time at 5% with 6 clusters).
+            g, n_obs = np.unique(np.asarray(groups)).size, float(n.sum())
+            bse = bse * math.sqrt(g / (g - 1) * (n_obs - 1) / (n_obs - x.shape[1]))
+            df = g - 1
+    ref = norm if df is None else stats.t(df)
+    crit = ref.ppf(1 - alpha / 2)
     zstat = params / bse
-    p_two = 2 * norm.sf(np.abs(zstat))
+    p_two = 2 * ref.sf(np.abs(zstat))
     zi = zstat[3]
-    p_int = {"less": norm.cdf(zi), "greater": norm.sf(zi), "two-sided": p_two[3]}[alternative]
-    return {"params": params, "bse": bse, "z": zstat, "p": p_two, "ci_low": params - z * bse,
-            "ci_high": params + z * bse, "p_interaction": float(p_int), "firth": bool(firth),
-            "identical": bool(identical)}
+    p_int = {"less": ref.cdf(zi), "greater": ref.sf(zi), "two-sided": p_two[3]}[alternative]
+    return {"params": params, "bse": bse, "z": zstat, "p": p_two, "ci_low": params - crit * bse,
+            "ci_high": params + crit * bse, "p_interaction": float(p_int), "firth": bool(firth),
+            "identical": bool(identical), "df": df}
 
 
 def same_counts(variant, h, s, n, groups) -> bool:
@@ -195,7 +207,7 @@ def compounding_test(rows, config_col: str = "config", baseline: str | None = No
     elif fit["identical"]:
         se_kind = "model-based (outcomes identical to the baseline's)"
     else:
-        se_kind = f"cluster-robust over {g} clusters"
+        se_kind = f"cluster-robust over {g} clusters, t({fit['df']})"
     return Result(title=f"Compounding: {variant} vs {base}",
                   method=f"binomial GLM logit(success) ~ variant * h, h = {horizon_scale} L centred at "
                          f"{centre:.3f} (statsmodels); {se_kind} errors",

@@ -43,6 +43,9 @@ def _drift_frame(drift_rows):
         raise ValueError("no drift rows")
     if df["kl"].isna().any() or not np.isfinite(df["kl"].to_numpy(float)).all():
         raise ValueError(f"{int((~np.isfinite(df['kl'].to_numpy(float))).sum())} non-finite KL values")
+    for col in DRIFT_COLS:  # a NaN elsewhere would pass silently into a mean, or crash a count
+        if col != "kl" and df[col].isna().any():
+            raise ValueError(f"{int(df[col].isna().sum())} missing (NaN) {col!r} values in the drift rows")
     return df
 
 

@@ -148,19 +148,27 @@ def _l50_empirical(x: np.ndarray, s: np.ndarray, n: np.ndarray):
     """Linear interpolation in log L of the empirical curve at its first fall through 0.5.
 
     inf where success never falls below 0.5, 0 where it is below 0.5 already at the shortest L.
+    Horizons with no episodes in a row (a config not run at every horizon of the pool, or a bootstrap
+    resample that drew none) are skipped: the curve runs through the horizons it has; nan if none.
     """
     s, n = np.atleast_2d(s), np.atleast_2d(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = s / n
-    out = np.full(r.shape[0], np.inf)
-    below = r < 0.5
-    first = np.where(below.any(1), below.argmax(1), -1)
-    out[first == 0] = 0.0
-    for i in np.flatnonzero(first > 0):
-        j = first[i]
-        r0, r1 = r[i, j - 1], r[i, j]
+    out = np.full(s.shape[0], np.inf)
+    for i in range(s.shape[0]):
+        has = n[i] > 0
+        if not has.any():
+            out[i] = math.nan
+            continue
+        xi, ri = x[has], s[i, has] / n[i, has]
+        below = np.flatnonzero(ri < 0.5)
+        if below.size == 0:
+            continue
+        j = below[0]
+        if j == 0:
+            out[i] = 0.0
+            continue
+        r0, r1 = ri[j - 1], ri[j]
         t = (r0 - 0.5) / (r0 - r1)
-        out[i] = math.exp(math.log(x[j - 1]) + t * (math.log(x[j]) - math.log(x[j - 1])))
+        out[i] = math.exp(math.log(xi[j - 1]) + t * (math.log(xi[j]) - math.log(xi[j - 1])))
     return out
 
 

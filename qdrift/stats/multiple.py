@@ -1,7 +1,7 @@
 """Multiple-comparison adjustment: many quantization configs x benchmarks make false alarms likely.
 
 A thin wrapper over statsmodels' multipletests that accepts what the rest of qdrift.stats produces
-(a dict name -> p, a list of p, or a list of PairedResult) and returns a Result.
+(a dict name -> p, a list of p, or a list or dict of PairedResult) and returns a Result.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import math
 
 from statsmodels.stats.multitest import multipletests
 
+from qdrift.stats.paired import PairedResult
 from qdrift.stats.result import Result
 
 METHODS = (
@@ -26,16 +27,32 @@ METHODS = (
 )
 
 
+def _p_of(result) -> tuple[float, str]:
+    """The p-value a PairedResult stands for: its cluster-robust test when it was given clusters (McNemar
+    treats items as independent), else McNemar exact for 0/1 outcomes, else the CLT difference."""
+    for quantity, source in (("difference (cluster-robust)", "cluster-robust t"), ("McNemar exact", "McNemar exact"),
+                             ("difference (CLT)", "CLT z")):
+        row = next((r for r in result.rows if r["quantity"] == quantity), None)
+        if row is not None and row["p_value"] is not None:
+            return float(row["p_value"]), source
+    raise ValueError(f"{result.title}: no difference test to adjust")
+
+
 def _named(pvalues) -> tuple[list[str], list[float], str]:
     if isinstance(pvalues, dict):
-        return [str(k) for k in pvalues], [float(v) for v in pvalues.values()], "given"
-    pvalues = list(pvalues)
-    if pvalues and all(hasattr(p, "mcnemar_p") for p in pvalues):
-        names = [p.title for p in pvalues]
-        if len(set(names)) != len(names):
-            names = [f"{i}: {t}" for i, t in enumerate(names)]
-        return names, [p.mcnemar_p for p in pvalues], "McNemar exact"
-    return [f"p{i}" for i in range(len(pvalues))], [float(p) for p in pvalues], "given"
+        names, values = [str(k) for k in pvalues], list(pvalues.values())
+    else:
+        values = list(pvalues)
+        names = None
+    if values and all(isinstance(p, PairedResult) for p in values):
+        if names is None:
+            names = [p.title for p in values]
+            if len(set(names)) != len(names):
+                names = [f"{i}: {t}" for i, t in enumerate(names)]
+        found = [_p_of(p) for p in values]
+        sources = ", ".join(dict.fromkeys(src for _, src in found))
+        return names, [p for p, _ in found], sources
+    return names or [f"p{i}" for i in range(len(values))], [float(p) for p in values], "given"
 
 
 def adjust(pvalues, method: str = "holm", alpha: float = 0.05) -> Result:

@@ -112,6 +112,8 @@ def n_for_equivalence(
     def gap(n):
         return power_equivalence(n, margin, discordance, alpha, true_diff) - power
 
+    if gap(1) >= 0:  # a single item already has the power (a wide margin, little discordance)
+        return 1
     hi = 2
     while gap(hi) < 0:
         hi *= 2

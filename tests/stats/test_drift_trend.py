@@ -137,3 +137,14 @@ def test_the_flip_slope_uses_t_with_clusters_minus_one_degrees_of_freedom():
     slope, se = ref.params[1], ref.bse[1]
     assert flip["p_growth"] == pytest.approx(stats.t.sf(slope / se, 5))
     assert flip["ci_high"] == pytest.approx(slope + stats.t.ppf(0.975, 5) * se)
+
+
+@pytest.mark.parametrize("col", ["top1_agree", "var_logprob"])
+def test_a_missing_value_in_any_drift_column_is_named_not_a_crash_or_a_silent_nan(col):
+    from qdrift.stats import divergence_summary
+
+    df = rows(n_eps=4, steps=5).astype({col: object})
+    df.loc[3, col] = None
+    for analysis in (drift_trend, divergence_summary):
+        with pytest.raises(ValueError, match=f"1 missing \\(NaN\\) '{col}' values"):
+            analysis(df)

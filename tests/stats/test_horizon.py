@@ -182,3 +182,21 @@ def test_step_error_ratio_rows_name_variant_and_baseline_even_when_a_spec_holds_
     df = geometric(np.random.default_rng(12), {"baseline": 0.02, phased: 0.04}, seeds=10)
     r = step_error_ratio(df).row(quantity="p_step ratio")
     assert (r["variant"], r["baseline"]) == (phased, "baseline")
+
+
+def test_empirical_l50_skips_a_horizon_a_config_was_not_run_at():
+    # baseline at L = 4, 8, 16, 32; the variant at 4, 16, 32 only: its curve runs 0.75 (L=4) -> 0.30
+    # (L=16), crossing 0.5 at 4 * 4^((0.75 - 0.5) / (0.75 - 0.30)) in log L; before, the missing L=8
+    # made it nan and its interval came from the replicates that happened to skip the gap.
+    def episodes(config, horizon, rate, n=20):
+        k = round(rate * n)
+        return [{"episode": f"{config}{horizon}-{i}", "env": "ledger", "horizon": horizon, "seed": i, "trial": 0,
+                 "success": i < k, "steps": horizon, "first_error_step": None, "stop_reason": "done",
+                 "config": config} for i in range(n)]
+
+    rows = [r for h, p in ((4, 0.9), (8, 0.85), (16, 0.8), (32, 0.7)) for r in episodes("baseline", h, p)]
+    rows += [r for h, p in ((4, 0.75), (16, 0.30), (32, 0.1)) for r in episodes("w4", h, p)]
+    res = half_horizon(rows, n_boot=200, model="empirical")
+    w4 = res.row(quantity="L50", config="w4")
+    assert w4["estimate"] == pytest.approx(4 * 4 ** (0.25 / 0.45))
+    assert all(math.isfinite(v) for v in w4["ci"])

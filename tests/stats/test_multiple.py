@@ -53,6 +53,19 @@ def test_bad_input():
         adjust({"x": 1.5})
     with pytest.raises(ValueError, match="outside"):
         adjust([float("nan")])
+
+
+
+def test_paired_results_stand_for_the_test_that_fits_them():
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 2, 200).astype(float)
+    b = np.where(rng.random(200) < 0.1, 0.0, a)
+    clustered = paired_comparison(a, b, clusters=np.repeat(np.arange(20), 10), n_boot=0)
+    plain = paired_comparison(a, b, n_boot=0)
     scores = paired_comparison([0.2, 0.5, 0.7], [0.3, 0.5, 0.9], n_boot=0)
-    with pytest.raises(ValueError, match="no McNemar"):
-        adjust([scores])
+    r = adjust({"clustered": clustered, "plain": plain, "scores": scores}, method="bonferroni")
+    # clusters given: their t test, not McNemar (which treats items as independent); floats: the CLT z
+    assert r.row(name="clustered")["p_raw"] == clustered.row(quantity="difference (cluster-robust)")["p_value"]
+    assert r.row(name="plain")["p_raw"] == plain.mcnemar_p
+    assert r.row(name="scores")["p_raw"] == scores.row(quantity="difference (CLT)")["p_value"]
+    assert "cluster-robust t, McNemar exact, CLT z" in r.notes[0]

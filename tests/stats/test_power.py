@@ -94,3 +94,9 @@ def test_bad_input():
         n_for_equivalence(0.01, true_diff=0.01)
     with pytest.raises(ValueError, match="cannot reach"):
         mde_paired(2, discordance=0.1, power=0.99)
+
+
+def test_n_for_equivalence_is_one_when_one_item_already_has_the_power():
+    # a wide margin and almost no discordance: the power at n = 1 is already above 0.8
+    assert power_equivalence(1, 0.3, 0.01) >= 0.8
+    assert n_for_equivalence(margin=0.3, discordance=0.01) == 1

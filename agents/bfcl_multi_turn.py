@@ -12,7 +12,8 @@ the oracle for each step is the next ground-truth call (arguments compared with 
 defaults filled in). After the last call of a turn, BFCL's state and response checks compare the
 agent's backend instances with ground-truth instances that executed the ground-truth calls; the
 next user message then comes back appended to the tool result ("User: ..."), because the episode
-runner feeds tool results only. `success()` is BFCL's verdict: every turn passed.
+runner feeds tool results only. As in BFCL, a turn in which the agent made no parseable call fails
+before those checks. `success()` is BFCL's verdict: every turn passed.
 
 Knobs: `category` ("multi_turn_base" or "multi_turn_long_context"), `entry` (int or None).
 """
@@ -85,6 +86,7 @@ class BFCLMultiTurn:
         self.done = False
         self.model_results: list[str] = []
         self.turn_verdicts: list[dict] = []
+        self.turn_calls = 0  # calls the agent made (parsed) in the current turn
         return [{"role": "system", "content": SYSTEM_PROMPT}, *self.turns[0]]
 
     def oracle(self) -> ToolCall:
@@ -94,6 +96,7 @@ class BFCLMultiTurn:
         if self.done:
             return StepResult("error: the episode is over", False, False, True, "step after the episode ended")
         want = self.oracle()
+        self.turn_calls += call is not None
         checked, err = self._schemas.check(call)
         if checked is None:
             observation, correct, valid = f"error: {err}", False, False
@@ -113,10 +116,19 @@ class BFCLMultiTurn:
 
     def _end_turn(self) -> None:
         truth_results = [execute(c, self.truth_methods) for c in self.truth_calls[self.turn]]
-        self.turn_verdicts.append(check_turn(self.model_instances, self.truth_instances, list(self.model_results),
-                                             truth_results, self.turn))
+        if not self.turn_calls:
+            # BFCL's multi-turn checker fails a turn with no model call before its state and response
+            # checks: a read-only turn leaves the state as it was, and its answer may already be among
+            # earlier results, so those checks alone would pass a turn the agent never acted in
+            verdict = {"valid": False, "error_message": f"Model response list is empty for turn {self.turn}",
+                       "error_type": "multi_turn:empty_turn_model_response"}
+        else:
+            verdict = check_turn(self.model_instances, self.truth_instances, list(self.model_results),
+                                 truth_results, self.turn)
+        self.turn_verdicts.append(verdict)
         self.turn += 1
         self.in_turn = 0
+        self.turn_calls = 0
         self.done = self.turn >= len(self.turns)
 
     def success(self) -> bool:

@@ -157,3 +157,23 @@ def test_bfcl_has_no_training_split_and_names_its_knobs():
     assert make_environment("bfcl_multi_turn", 1, 1_000_005, split="eval").entry_index >= 0
     with pytest.raises(ValueError, match="unknown knob.*slack.*category and entry"):
         make_environment("bfcl_multi_turn", 1, 5, slack=2)
+
+
+def test_a_turn_without_any_call_fails_as_in_bfcls_checker():
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    from qdrift.bfcl.multi_turn import load_multi_turn
+
+    entries = load_multi_turn("multi_turn_base")
+    index = next(i for i, e in enumerate(entries) if e["id"] == "multi_turn_base_103")
+    entry = entries[index]  # turn 1 only reads state, and its answer is among turn 0's results
+    e = env(index)
+    for t, turn in enumerate(e.truth_calls):
+        for call in turn:
+            e.step(None if t == 1 else call)  # no parseable call in turn 1
+    # BFCL's own checker on the same play: the decoded calls per turn, none in turn 1
+    decoded = [[list(calls)] if i != 1 else [] for i, calls in enumerate(entry["ground_truth"])]
+    bfcl = multi_turn_checker(decoded, entry["ground_truth"], entry, "multi_turn_base", "qdrift-test")
+    assert not bfcl["valid"] and bfcl["error_type"] == "multi_turn:empty_turn_model_response"
+    assert [v["valid"] for v in e.turn_verdicts] == [True, False] + [True] * (len(e.turns) - 2)
+    assert e.turn_verdicts[1]["error_type"] == "multi_turn:empty_turn_model_response" and not e.success()

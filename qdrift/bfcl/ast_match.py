@@ -94,6 +94,8 @@ def _check_dict(param: str, value: dict, allowed: list) -> Match:
 
 def _check_list_of_dicts(param: str, value: list, allowed: list) -> Match:
     for option in allowed:
+        if option == "":  # the optional marker: BFCL takes it as a sequence of length 0, so [] matches
+            option = []
         if type(option) is list and len(option) == len(value) and all(
                 _check_dict(param, v, [o]).valid for v, o in zip(value, option, strict=True)):
             return _OK
@@ -110,7 +112,9 @@ def _check_value(param: str, value: Any, allowed: list, expected: type, nested: 
         return _OK if ok else Match(False, f"parameter {param!r}: {value!r} is not one of {allowed!r}",
                                     "value_error:string")
     if expected is list:
-        options = [[_std(x) for x in a] for a in allowed if isinstance(a, list)]
+        # BFCL iterates every answer as a sequence: the optional marker "" is then [], so [] matches it
+        # (and a string answer is its characters, which BFCL's own list_checker compares the same way)
+        options = [[_std(x) for x in a] for a in allowed if isinstance(a, (list, str))]
         ok = [_std(x) for x in value] in options
         return _OK if ok else Match(False, f"parameter {param!r}: {value!r} is not one of {allowed!r}",
                                     "value_error:list")

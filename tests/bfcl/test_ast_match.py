@@ -106,9 +106,9 @@ def bfcl_checker():
 
 def _variants(item, rng):
     """The possible answer itself, and mutations of it: case/spacing, off-by-one, str for int, int
-    for float, a dropped argument."""
+    for float, a dropped argument, optional arrays given empty."""
     out = []
-    for mode in range(6):
+    for mode in range(7):
         calls = []
         for answer in item["answers"]:
             name, params = next(iter(answer.items()))
@@ -118,6 +118,8 @@ def _variants(item, rng):
                 if not choices:
                     continue
                 v = rng.choice(choices)
+                if mode == 6 and "" in allowed and isinstance(v, list):
+                    v = []  # an optional array given empty
                 if mode == 1 and isinstance(v, str):
                     v = v.upper() + " "
                 elif mode == 2 and type(v) in (int, float):
@@ -148,3 +150,21 @@ def test_agrees_with_bfcl_checker_on_real_items(bfcl_checker, category):
             assert ours == bfcl_checker(item["functions"], calls, item["answers"], category), (item["id"], calls)
             verdicts[ours] += 1
     assert verdicts[True] > 50 and verdicts[False] > 50  # both verdicts exercised
+
+
+@requires_bfcl
+@pytest.mark.parametrize("category, item_id, param", [
+    ("simple", "simple_python_335", "deck"), ("simple", "simple_python_178", "additional_details"),
+    ("parallel", "parallel_44", "amenities")])
+def test_an_empty_optional_array_matches_as_in_bfcl(bfcl_checker, category, item_id, param):
+    from qdrift.bfcl.data import load_category
+
+    item = next(i for i in load_category(category) if i["id"] == item_id)
+    calls = []
+    for answer in item["answers"]:
+        name, params = next(iter(answer.items()))
+        args = {p: next(a for a in allowed if a != "") for p, allowed in params.items() if allowed != [""]}
+        args[param] = []
+        calls.append(ToolCall(name, args))
+    assert bfcl_checker(item["functions"], calls, item["answers"], category)
+    assert ast_match(item["functions"], calls, item["answers"], category).valid

@@ -29,8 +29,8 @@ SCORES = ("json_valid", "schema_valid", "ast_match")
 
 @dataclass(frozen=True)
 class _NoStopParser:
-    """A parser that lets generation run past the first call, for categories that expect several
-    calls in one turn (the hermes parser otherwise stops at the first `</tool_call>`)."""
+    """A parser that lets generation run past the first call (the hermes parser otherwise stops at the
+    first `</tool_call>`): parallel categories expect several calls, the others must fail a second one."""
 
     inner: Any
     stop_strings: tuple = ()
@@ -61,6 +61,9 @@ def score_turn(item: dict, raw: str, parsed: ParsedTurn, category: str) -> dict:
     error = parsed.error or next((err for _, err in checks if err), None) or (verdict.error if verdict is not None else None)
     if not calls and error is None:
         error = "no tool call in the turn"
+    if calls and not json_valid and error is None:  # the parser's lenient cases: say why nothing was scored
+        error = ("a call's arguments were not a JSON object (a JSON-encoded string, or missing): accepted by the "
+                 "parser but not valid JSON calls, so not scored against BFCL's answers")
     return {"json_valid": json_valid, "schema_valid": schema_valid, "ast_match": bool(verdict),
             "n_calls": len(calls), "calls": json.dumps([json.loads(call_text(c)) for c in calls]),
             "error": error or None}
@@ -75,9 +78,10 @@ def run_bfcl(model: Any, tokenizer: Any, category: str = "simple", limit: int | 
     items = load_category(category, limit)
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
+    # Generation runs past the first call in every category: BFCL scores the whole turn, so a model
+    # that writes two calls where one is asked fails (stopping at the first `</tool_call>` hid that).
     prompt = prompt or tool_prompt_for(tokenizer)
-    if "parallel" in category:
-        prompt = replace(prompt, parser=_NoStopParser(prompt.parser))
+    prompt = replace(prompt, parser=_NoStopParser(prompt.parser))
     rows = []
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]

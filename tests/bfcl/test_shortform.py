@@ -70,6 +70,39 @@ def test_scores_of_a_right_a_mistyped_and_a_broken_turn():
     assert (broken["json_valid"], broken["schema_valid"], broken["ast_match"]) == (False, False, False)
     text = score("The area is 25.")
     assert text["json_valid"] is False and text["error"] == "no tool call in the turn"
+    encoded = score('<tool_call>\n{"name": "calculate_triangle_area", "arguments": "{\\"base\\": 10, \\"height\\": 5}"}'
+                    '\n</tool_call>')
+    assert (encoded["json_valid"], encoded["ast_match"]) == (False, False)
+    assert "not a JSON object" in encoded["error"]  # says why nothing was scored
+
+
+@requires_bfcl
+def test_a_second_call_where_one_is_asked_is_generated_and_fails(monkeypatch):
+    # The turn is generated as a policy would, stopping at the parser's stop strings: stopping at the
+    # first `</tool_call>` hid the second call, and the turn scored as BFCL's answer.
+    from types import SimpleNamespace
+
+    import qdrift.backends.hf as hf
+    from qdrift.envs.prompting import ToolPrompt
+
+    call = '<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}\n</tool_call>'
+
+    class CannedPolicy:
+        def __init__(self, model, tokenizer, prompt, max_new_tokens):
+            self.stops = prompt.parser.stop_strings
+
+        def start(self, conversations, seeds):
+            self.n = len(conversations)
+
+        def respond(self, rows):
+            text = call + "\n" + call
+            cut = min((text.index(s) + len(s) for s in self.stops if s in text), default=len(text))
+            return {r: SimpleNamespace(text=text[:cut], tokens_in=1, tokens_out=1, stop_reason="eos") for r in rows}
+
+    monkeypatch.setattr(hf, "HFPolicy", CannedPolicy)
+    prompt = ToolPrompt(mode="prompted", parser=get_parser("hermes"), prefill_opening=False)
+    (row,) = run_bfcl(None, None, "simple", 1, prompt=prompt)
+    assert row["n_calls"] == 2 and row["ast_match"] is False
 
 
 @requires_bfcl

@@ -78,7 +78,7 @@ def collect(cfg: PaperConfig) -> tuple[dict[str, ModelResults], list[dict[str, A
     from qdrift.sweep import load_sweep
     from qdrift.sweep.execute import unique_cells
 
-    results, status = {}, []
+    results, status, source = {}, [], {}
     for path in cfg.sweeps:
         sweep = load_sweep(path)
         keys = {c.key for c in unique_cells(sweep)}
@@ -87,15 +87,20 @@ def collect(cfg: PaperConfig) -> tuple[dict[str, ModelResults], list[dict[str, A
             status.append({"sweep": path.name, "cells": len(keys), "done": 0, "failed": 0, "wall_s": 0.0,
                            "pending": len(keys)})
             for model in sweep.models:
-                results[model] = ModelResults(model, cfg.labels)
+                results.setdefault(model, ModelResults(model, cfg.labels))
             continue
         with Store(spath) as store:
-            for model in sweep.models:
-                results[model] = ModelResults.from_store(store, model, cfg.labels, keys)
-        done = sum(results[m].cells for m in sweep.models)
-        failed = sum(len(results[m].failed) for m in sweep.models)
-        status.append({"sweep": path.name, "cells": len(keys), "done": done, "failed": failed,
-                       "wall_s": sum(results[m].wall_s for m in sweep.models), "pending": len(keys) - done})
+            per = {model: ModelResults.from_store(store, model, cfg.labels, keys) for model in sweep.models}
+        status.append({"sweep": path.name, "cells": len(keys), "done": sum(r.cells for r in per.values()),
+                       "failed": sum(len(r.failed) for r in per.values()),
+                       "wall_s": sum(r.wall_s for r in per.values()),
+                       "pending": len(keys) - sum(r.cells for r in per.values())})
+        for model, part in per.items():  # a model may be in several sweeps: its tasks are put together
+            if model in results:
+                results[model].merge(part, f"{source[model]} and {path.name}")
+            else:
+                results[model] = part
+            source[model] = path.name if model not in source else f"{source[model]}, {path.name}"
     return results, status
 
 

@@ -91,6 +91,21 @@ class ModelResults:
             target.update(groups)
         return out
 
+    def merge(self, other: ModelResults, sweeps: str) -> None:
+        """Add `other`'s rows (the same model in another sweep). A task both hold would pool cells run
+        under two sweeps' settings into one table, so it is refused."""
+        for name in ("episodes", "steps", "items", "drift"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            both = sorted(set(mine) & set(theirs))
+            if both:
+                raise ValueError(f"model {self.model!r} has {name} rows for {', '.join(both)} in two sweeps "
+                                 f"({sweeps}): the paper reads each task of a model from one sweep")
+            mine.update(theirs)
+        self.cells += other.cells
+        self.wall_s += other.wall_s
+        self.failed += other.failed
+        self._cache.clear()
+
     # ------------------------------------------------------------------ names
 
     def label(self, config: str) -> str:
@@ -175,7 +190,7 @@ class ModelResults:
         return {**row, "firth": res.extra["firth"], "identical": res.extra["identical"]}
 
     def significant_compounding(self, env: str, alpha: float = 0.05) -> list[str]:
-        return [v for v in self.variants(env) if (self.interaction(env, v).get("p_value") or 1) < alpha]
+        return [v for v in self.variants(env) if _below(self.interaction(env, v).get("p_value"), alpha)]
 
     def success_table(self, env: str) -> str:
         hs = self.horizons(env)
@@ -294,7 +309,7 @@ class ModelResults:
         out = []
         for v in self.drift_variants(env):
             res, _ = self.drift_trend(env, v)
-            if res is not None and (res.row(quantity="KL slope (nats per 100 steps)")["p_growth"] or 1) < alpha:
+            if res is not None and _below(res.row(quantity="KL slope (nats per 100 steps)")["p_growth"], alpha):
                 out.append(v)
         return out
 
@@ -353,15 +368,21 @@ class ModelResults:
         for v in self.variants():
             if not any(r["config"] == v for r in self.items.get(task, [])):
                 continue
-            acc, _ = self.accuracy(task, v)
+            acc, nv = self.accuracy(task, v)
             res, err = self.short_form(task, v)
             if res is None:
-                rows.append([self.label(v), n, fmt(acc), f"not computed: {err}", "", "", ""])
+                rows.append([self.label(v), nv, fmt(acc), f"not computed: {err}", "", "", ""])
                 continue
             diff, p, flips, kl = _short_numbers(res)
-            rows.append([self.label(v), n, fmt(acc), diff, p, flips, kl])
+            rows.append([self.label(v), nv, fmt(acc), diff, p, flips, kl])
         return md_table(["config", "items", "accuracy", "difference [95% CI]", "McNemar p", "flip rate",
                          "KL over choices"], rows)
+
+
+def _below(p: float | None, alpha: float) -> bool:
+    """Whether a p-value is below alpha; None (not computed) is not. A p of exactly 0.0 (a normal or t tail
+    past about 38 SE) is below, where `(p or 1) < alpha` took it for 1."""
+    return p is not None and p < alpha
 
 
 def kv_only(config: str) -> bool:

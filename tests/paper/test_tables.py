@@ -82,3 +82,33 @@ def test_a_variant_with_the_baselines_outcomes_is_labelled_model_based_in_the_co
     int4 = next(x for x in lines if x.startswith("| int4"))
     assert "model-based (same outcomes as the baseline)" in int8 and "| 0.500 |" in int8
     assert "cluster-robust" in int4
+
+
+def test_a_p_value_of_exactly_zero_counts_as_significant(monkeypatch):
+    # a normal or t tail underflows to 0.0 past about 38 SE; `(p or 1) < alpha` read that as 1
+    res = ModelResults("m", {})
+    res.episodes["pointer_chase"] = episodes("baseline", {}) + episodes("w4", {1: 3}) + episodes("w3", {2: 3})
+    p = {"w4": 0.0, "w3": 0.01}
+    monkeypatch.setattr(ModelResults, "interaction", lambda self, env, v: {"p_value": p[v]})
+    assert sorted(res.significant_compounding("pointer_chase")) == ["w3", "w4"]
+
+
+def test_each_short_form_row_counts_its_own_items():
+    res = ModelResults("m", {"baseline": "baseline", "w4g64-a16-kv:16": "int4"})
+    res.items["mmlu"] = items("baseline", 6, n=10) + items("w4g64-a16-kv:16", 2, n=4)
+    table = res.short_form_table("mmlu")
+    int4 = next(line for line in table.splitlines() if line.startswith("| int4"))
+    assert int4.startswith("| int4 | 4 | 0.500 |")
+
+
+def test_a_model_in_two_sweeps_keeps_both_sweeps_tasks_and_refuses_a_task_in_both():
+    a, b = ModelResults("m", {}), ModelResults("m", {})
+    a.episodes["pointer_chase"] = episodes("baseline", {})
+    a.cells, b.cells = 1, 1
+    b.episodes["ledger"] = episodes("baseline", {1: 2})
+    a.merge(b, "a.yaml and b.yaml")
+    assert sorted(a.episodes) == ["ledger", "pointer_chase"] and a.cells == 2
+    c = ModelResults("m", {})
+    c.episodes["ledger"] = episodes("baseline", {})
+    with pytest.raises(ValueError, match="episodes rows for ledger in two sweeps .a.yaml and b.yaml"):
+        a.merge(c, "a.yaml and b.yaml")

@@ -18,7 +18,7 @@ from qdrift.spec import QuantSpec
 # Kinds of weight-carrying module, by how their weight is laid out.
 LINEAR = "linear"  # weight [out, in]
 CONV1D = "conv1d"  # GPT-2 Conv1D, weight [in, out]
-EXPERTS = "experts"  # fused MoE bank: gate_up_proj [E, 2I, H], down_proj [E, H, I]
+EXPERTS = "experts"  # fused MoE bank: gate_up_proj [E, 2I, H], down_proj [E, H, I], or both transposed
 EMBEDDING = "embedding"  # weight [vocab, hidden]; input is token ids
 ROUTER = "router"  # MoE router with a [experts, hidden] weight
 
@@ -36,9 +36,36 @@ class Target:
     def param_names(self) -> tuple[str, ...]:
         return EXPERT_PARAMS if self.kind == EXPERTS else ("weight",)
 
+    @property
+    def transposed(self) -> bool:
+        """Whether the weights are laid out [..., in, out] (GPT-2's Conv1D; expert banks that multiply
+        `x @ W`, such as GPT-OSS and Llama 4) rather than [..., out, in]."""
+        if self.kind == CONV1D:
+            return True
+        return self.kind == EXPERTS and experts_transposed(self.name, self.module)
+
     def in_features(self, param: str = "weight") -> int:
         w = getattr(self.module, param)
-        return w.shape[0] if self.kind == CONV1D else w.shape[-1]
+        return w.shape[-2] if self.transposed else w.shape[-1]
+
+
+def experts_transposed(name: str, module: nn.Module) -> bool:
+    """A fused expert bank's layout, from its shapes: [E, 2I, H] / [E, H, I] (Mixtral, Qwen-MoE,
+    DeepSeek-V3: `F.linear(x, W[e])`) or [E, H, 2I] / [E, I, H] (GPT-OSS, Llama 4, Aria: `x @ W[e]`).
+    The shapes are read rather than the class name because a bank's class says nothing transformers
+    guarantees; where transformers marks the layout (`is_transposed`), the two must agree. A layout
+    that is neither is refused: quantizing along the wrong axis would be silent."""
+    gate_up, down = module.gate_up_proj.shape, module.down_proj.shape
+    plain = gate_up[-1] == down[-2] and gate_up[-2] == 2 * down[-1]
+    flipped = gate_up[-2] == down[-1] and gate_up[-1] == 2 * down[-2]
+    marked = getattr(module, "is_transposed", None)
+    if plain == flipped or (marked is not None and bool(marked) != flipped):
+        raise ValueError(
+            f"expert bank '{name}' ({type(module).__name__}): gate_up_proj {tuple(gate_up)} and down_proj "
+            f"{tuple(down)} are neither [E, 2I, H] / [E, H, I] nor [E, H, 2I] / [E, I, H]"
+            + (f" as its is_transposed={marked} says" if marked is not None else "")
+            + ", so the input dimension is unknown; exclude it with -skip:" + name)
+    return flipped
 
 
 def _is_conv1d(module: nn.Module) -> bool:
@@ -114,8 +141,8 @@ def _no_match(field: str, pattern: str, names: list[str]) -> str:
 
 def weight_view(target: Target, tensor: torch.Tensor) -> torch.Tensor:
     """The weight laid out [..., out, in], input dim last, as the quantizer expects."""
-    return tensor.t() if target.kind == CONV1D else tensor
+    return tensor.transpose(-1, -2) if target.transposed else tensor
 
 
 def weight_unview(target: Target, tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.t().contiguous() if target.kind == CONV1D else tensor
+    return tensor.transpose(-1, -2).contiguous() if target.transposed else tensor

@@ -182,8 +182,12 @@ def _update(self, base, key_states, value_states, *args, **kwargs):
     return keys, values
 
 
+def _stored(layer) -> int:
+    return layer.keys.shape[-2] if layer.keys is not None and layer.keys.dim() == 4 else 0
+
+
 def _clamp(layer, pending: tuple[int, int]) -> tuple[int, int]:
-    stored = layer.keys.shape[-2] if layer.keys is not None and layer.keys.dim() == 4 else 0
+    stored = _stored(layer)
     return tuple(min(p, stored) for p in pending)
 
 
@@ -198,8 +202,13 @@ def quantized_layer_class(base: type) -> type:
             return _update(self, base, key_states, value_states, *args, **kwargs)
 
         def crop(self, tokens_to_remove: int) -> None:
+            # The pending (not yet quantized) tokens are the newest, so cropping removes them first:
+            # what is left pending is what was pending less what went. Clamping to the stored length
+            # instead counted already-quantized tokens as pending, and the next write quantized them again.
+            before = _stored(self)
             base.crop(self, tokens_to_remove)
-            self._qdrift_pending = _clamp(self, self._qdrift_pending)
+            removed = before - _stored(self)
+            self._qdrift_pending = tuple(max(0, p - removed) for p in self._qdrift_pending)
 
         def reset(self) -> None:
             base.reset(self)

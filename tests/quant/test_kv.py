@@ -138,3 +138,24 @@ def test_unit_scale_fast_cast_equals_the_general_format_path(fmt, dtype, monkeyp
     assert fast.dtype == dtype
     assert torch.equal(fast.isnan(), general.isnan())
     assert torch.equal(fast.nan_to_num(), general.nan_to_num())
+
+
+@pytest.mark.parametrize("spec", ["w16-a16-k:2c4z@dyn-v:16", "w16-a16-kv:fp8e4m3@unit-win4"])
+def test_cropping_the_cache_never_requantizes_stored_tokens(spec):
+    # Cropping removes the newest tokens, the pending (full-precision) ones first: what stays pending is
+    # what was pending less what went. Counting already-quantized tokens as pending re-quantized them
+    # at the next write (for c4 blocks, under a new block's scale mixed with new tokens).
+    from qdrift.quant.kv import LayerKVQuantizer, convert_cache
+    from qdrift.spec import QuantSpec
+
+    torch.manual_seed(0)
+    cache = DynamicCache()
+    convert_cache(cache, [LayerKVQuantizer(QuantSpec.parse(spec).kv, 0)])
+    layer = cache.layers[0]
+    layer.update(torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8))  # c4: tokens 0-3 stored, 4-5 pending
+    pending = layer._qdrift_pending
+    layer.crop(-3)
+    assert layer._qdrift_pending == tuple(max(0, p - 3) for p in pending)
+    kept = layer.keys[..., :3, :].clone(), layer.values[..., :3, :].clone()
+    layer.update(torch.randn(1, 1, 2, 8), torch.randn(1, 1, 2, 8))
+    assert torch.equal(layer.keys[..., :3, :], kept[0]) and torch.equal(layer.values[..., :3, :], kept[1])

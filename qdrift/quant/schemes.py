@@ -7,6 +7,8 @@ that knows how weights, activations, keys and values are laid out, and so which 
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from qdrift.formats import NumberFormat, Scales, get_format
@@ -21,8 +23,10 @@ def make_generator(scheme: TensorScheme, salt: str, device: torch.device) -> tor
     """A generator for stochastic rounding, seeded from the spec seed and a stable per-tensor salt."""
     if scheme.seed is None:
         return None
-    # A stable hash (python's hash() is salted per process) keeps runs reproducible.
-    offset = int.from_bytes(salt.encode()[:8].ljust(8, b"\0"), "little") ^ sum(salt.encode())
+    # A stable hash (python's hash() is salted per process) keeps runs reproducible; a cryptographic one
+    # because names differ late and alike ("model.layers.12..." / "model.layers.21..."), which the bytes'
+    # sum could not tell apart, so those tensors drew the same rounding decisions.
+    offset = int.from_bytes(hashlib.sha256(salt.encode()).digest()[:8], "little")
     gen = torch.Generator(device=device)
     gen.manual_seed((scheme.seed * 1_000_003 + offset) % (2**63))
     return gen

@@ -203,3 +203,17 @@ def test_path_real_refuses_calibration_and_unstorable_specs(llama):
         qdrift.quantize(llama, "w4g32-a16-kv:16", path="real", original_device="cpu")
     with pytest.raises(ValueError, match="cannot run on the real path"):
         qdrift.quantize(llama, "w4g32-a8-kv:16", path="real")
+
+
+def test_stochastic_rounding_draws_differ_between_tensors_whose_names_differ_late():
+    # "layers.12" and "layers.21" have the same bytes in another order: the old byte-sum salt gave them one
+    # seed, so same-shaped weights drew identical rounding decisions (80 layers had 26 distinct seeds).
+    from qdrift.quant.schemes import make_generator
+    from qdrift.spec import QuantSpec
+
+    scheme = QuantSpec.parse("w4g32~sr3-a16-kv:16").prefill.weights
+    names = [f"model.layers.{i}.mlp.down_proj.weight" for i in range(80)]
+    seeds = {make_generator(scheme, n, torch.device("cpu")).initial_seed() for n in names}
+    assert len(seeds) == 80
+    again = make_generator(scheme, names[12], torch.device("cpu")).initial_seed()
+    assert again == make_generator(scheme, names[12], torch.device("cpu")).initial_seed()  # reproducible

@@ -215,11 +215,14 @@ def quantize(
     except BaseException:
         _undo(model, state)  # originals are still all there, so this restores exactly
         raise
+    # An original the model still computes with (a tied head's embedding) stays where it is: moving it
+    # would move the live embedding off the model's device.
+    live = {id(p) for p in model.parameters()}
     for mq in state.modules:
         for slot in mq.slots:
             if not keep_original:
                 slot.original = None
-            elif original_device is not None:
+            elif original_device is not None and id(slot.original) not in live:
                 slot.original.data = slot.original.data.to(original_device)
     return model
 

@@ -217,3 +217,14 @@ def test_stochastic_rounding_draws_differ_between_tensors_whose_names_differ_lat
     assert len(seeds) == 80
     again = make_generator(scheme, names[12], torch.device("cpu")).initial_seed()
     assert again == make_generator(scheme, names[12], torch.device("cpu")).initial_seed()  # reproducible
+
+
+def test_parking_originals_leaves_a_tied_heads_live_embedding_in_place():
+    # The tied head's original is the embedding the model still reads: moving it would move the live
+    # embedding (on a GPU, to the CPU; here to the meta device, which has no data at all).
+    model = tiny_model("llama")
+    model.lm_head.weight = model.model.embed_tokens.weight
+    qdrift.quantize(model, "w4-a16-kv:16-only:lm_head", original_device="meta")
+    assert model.model.embed_tokens.weight.device.type == "cpu"
+    with torch.no_grad():
+        assert torch.isfinite(model(prompt()).logits).all()

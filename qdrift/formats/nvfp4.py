@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from qdrift.formats.base import NumberFormat, Scales, safe_div
+from qdrift.formats.base import NumberFormat, Scales, safe_div, to_blocks
 from qdrift.formats.mx import E2M1_MAX, e2m1_decode, e2m1_encode
 
 NVFP4_BLOCK = 16
@@ -56,6 +56,15 @@ class NVFP4Format(NumberFormat):
         g = global_scale_of(xb.abs().amax())
         amax = torch.maximum(lo.abs(), hi.abs())
         return Scales(scale=block_scales_of(amax, g), global_scale=g)
+
+    def token_scales(self, x: torch.Tensor) -> Scales:
+        """Dynamic scales with one global scale per row (each token of an activation) instead of per
+        tensor: a tensor-wide amax would make a token's numerics depend on the other sequences and the
+        padding in its batch. Serving stacks avoid that with a calibrated static global scale (qdrift's
+        `@static`); dynamically, the token is the unit that does not depend on its batch."""
+        xb = to_blocks(x, NVFP4_BLOCK)
+        g = global_scale_of(xb.abs().amax(dim=(-2, -1), keepdim=True))
+        return Scales(scale=block_scales_of(xb.abs().amax(-1, keepdim=True), g), global_scale=g)
 
     def _effective(self, scales: Scales, like: torch.Tensor) -> torch.Tensor:
         scale = scales.scale.to(device=like.device, dtype=torch.float32)

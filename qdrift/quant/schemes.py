@@ -12,6 +12,7 @@ import hashlib
 import torch
 
 from qdrift.formats import NumberFormat, Scales, get_format
+from qdrift.formats.nvfp4 import NVFP4Format
 from qdrift.spec import TensorScheme
 
 
@@ -99,4 +100,6 @@ class ActivationQuantizer:
                     "calibrated: pass calibration=... to qdrift.quantize"
                 )
             return self.fmt.fake_quantize(x, scales=self.scales, generator=self.generator)
+        if isinstance(self.fmt, NVFP4Format):  # a global scale per token, so batch-mates do not enter it
+            return self.fmt.fake_quantize(x, scales=self.fmt.token_scales(x), generator=self.generator)
         return self.fmt.fake_quantize(x, block_size=_block(self.scheme), generator=self.generator)

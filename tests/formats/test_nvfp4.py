@@ -124,3 +124,19 @@ def test_matches_torchao_nvfp4():
         t.dequantize(torch.float32), NV.fake_quantize(x), rtol=0, atol=float(2 * s.scale.max() * gs)
     )
     assert (t.dequantize(torch.float32) == NV.fake_quantize(x)).float().mean() > 0.999
+
+
+def test_dynamic_activations_take_a_global_scale_per_token_so_the_batch_does_not_matter():
+    # Each token against the direct reference of the recipe applied to that token alone; a tensor-wide
+    # global scale made one sequence's numerics depend on an outlier in another sequence of its batch.
+    from qdrift.quant.schemes import ActivationQuantizer
+    from qdrift.spec import TensorScheme
+
+    q = ActivationQuantizer(TensorScheme.parse("nvfp4", "activations"), "x", torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    seq_a, seq_b = torch.randn(1, 4, 64, generator=g), torch.randn(1, 4, 64, generator=g)
+    seq_b[0, 0, 0] = 900.0  # a massive activation in the other sequence
+    alone, batched = q(seq_a), q(torch.cat([seq_a, seq_b]))
+    assert torch.equal(batched[:1], alone)
+    for t in range(4):
+        assert alone[0, t].tolist() == ref_nvfp4(seq_a[0, t])[3]

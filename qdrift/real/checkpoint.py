@@ -187,17 +187,33 @@ def load_quantized(directory: str | Path, *, kernel: str = "auto", **from_config
     if not qcfg or qcfg.get("quant_method") != "compressed-tensors":
         raise ValueError(f"{directory}/config.json has no compressed-tensors quantization_config")
     spec_text = cfg.pop("qdrift_spec", None)
-    groups = q.QuantizationConfig.model_validate(qcfg).config_groups
+    parsed = q.QuantizationConfig.model_validate(qcfg)
+    groups = parsed.config_groups
     if len(groups) != 1:
         raise ValueError(f"only checkpoints with one config group load here, got {len(groups)}")
-    scheme = scheme_from_args(next(iter(groups.values())).weights)
+    group = next(iter(groups.values()))
+    # Only weight quantization loads here: a checkpoint that also quantizes activations or the KV cache
+    # would otherwise load as weights-only and be reported as such.
+    extra = [f for f in ("input_activations", "output_activations") if getattr(group, f, None) is not None]
+    if getattr(parsed, "kv_cache_scheme", None) is not None:
+        extra.append("kv_cache_scheme")
+    if extra:
+        raise ValueError(f"{directory}/config.json quantizes more than weights ({', '.join(extra)}): only "
+                         "weight-only compressed-tensors checkpoints load here")
+    scheme = scheme_from_args(group.weights)
+    if spec_text:
+        _check_declared_spec(spec_text, scheme, directory)
     tensors = load_file(str(directory / WEIGHTS_FILE))
     quantized = sorted({k.rsplit(".", 1)[0] for k in tensors if k.endswith(".weight_scale")})
     dtype = next(v.dtype for k, v in tensors.items() if v.is_floating_point() and not k.startswith(tuple(quantized)))
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    # Built on the meta device, so the full-precision linears are never allocated: loading peaks at
-    # the size of the checkpoint, not of the unquantized model.
-    with torch.device("meta"):
+    # Parameters on the meta device, so the full-precision linears are never allocated: loading peaks
+    # at the size of the checkpoint, not of the unquantized model. Buffers are built for real, as
+    # transformers' own loading does: the unsaved ones (rotary inv_freq, Gemma's embed_scale) are
+    # computed by the modules' constructors and appear in no checkpoint.
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **from_config_kwargs).eval()
     for name in quantized:
         local = {k[len(name) + 1:]: tensors.pop(k) for k in list(tensors) if k.startswith(f"{name}.")}
@@ -213,23 +229,29 @@ def load_quantized(directory: str | Path, *, kernel: str = "auto", **from_config
         raise ValueError(f"checkpoint does not fit the model: missing {untied}, unexpected {unexpected}")
     if tied:
         model.tie_weights()
-    _rebuild_meta_buffers(model, config)
+    _check_loaded(model)
     setattr(model, SPEC_ATTR, QuantSpec.parse(spec_text) if spec_text else QuantSpec.uniform(weights=scheme))
     return model.eval()
 
 
-def _rebuild_meta_buffers(model: nn.Module, config) -> None:
-    """Recreate modules whose computed, unsaved buffers (rotary inv_freq) are still on the meta device."""
-    for name, module in list(model.named_modules()):
-        if any(b is not None and b.is_meta for b in module.buffers(recurse=False)):
-            if any(True for _ in module.parameters(recurse=False)):
-                raise ValueError(f"module '{name}' has parameters and unsaved buffers; cannot rebuild it")
-            try:
-                fresh = type(module)(config=config)
-            except TypeError as e:
-                raise ValueError(f"cannot rebuild the unsaved buffers of '{name}' ({type(module).__name__}): {e}") from None
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, fresh)
+def _check_declared_spec(spec_text: str, scheme: TensorScheme, directory) -> None:
+    """The `qdrift_spec` a checkpoint declares must be what its quantization_config stores: the spec is
+    what the model reports it runs, so a mismatch would report a precision the weights do not have.
+    Clipping and the rounding seed are how the codes were chosen, which compressed-tensors does not
+    record, so they are not compared."""
+    from dataclasses import replace
+
+    spec = QuantSpec.parse(spec_text)
+    stored = replace(scheme, clip="absmax", seed=None)
+    for phase in ("prefill", "decode"):
+        declared = getattr(spec, phase).weights
+        if declared is None or replace(declared, clip="absmax", seed=None) != stored:
+            raise ValueError(f"{directory}/config.json declares qdrift_spec {spec_text!r}, whose {phase} weights "
+                             f"({declared}) are not what its quantization_config stores ({scheme})")
+
+
+def _check_loaded(model: nn.Module) -> None:
+    """Every parameter and buffer holds data: none is left on the meta device."""
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"checkpoint left tensors unloaded: {left[:5]}")

@@ -52,6 +52,8 @@ def fused_problem(p: PackedWeight, device: torch.device, dtype: torch.dtype) -> 
             return None, f"tinygemm int4 needs groups of {TINYGEMM_GROUPS}, got '{s}'"
         if _inner_k_tiles(k) is None or out % 8:
             return None, f"tinygemm int4 needs in_features % 32 == 0 and out_features % 8 == 0, got [{out}, {k}]"
+        if device.type == "cpu" and out % 16:  # torch's CPU packing op asks more than the CUDA one
+            return None, f"tinygemm int4 on CPU needs out_features % 16 == 0, got [{out}, {k}]"
         if device.type == "cuda":
             if dtype != torch.bfloat16:
                 return None, f"tinygemm int4 on CUDA takes bfloat16 activations, got {dtype}"

@@ -31,6 +31,9 @@ class RealQuantLinear(nn.Module):
         self.last_backend: str | None = None
         self.fallback_reason: str | None = None
         self._prepared: dict[tuple[torch.device, torch.dtype], tuple[str, str | None, kernels.Matmul]] = {}
+        # A prepared kernel holds converted copies of the stored weight: new weights loaded into the
+        # buffers (load_state_dict) must not be computed with the old copies.
+        self.register_load_state_dict_post_hook(_forget_prepared)
 
     @property
     def packed(self) -> PackedWeight:
@@ -77,3 +80,8 @@ class RealQuantLinear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, scheme='{self.scheme}', "
                 f"bias={self.bias is not None}, kernel={self.kernel}")
+
+
+def _forget_prepared(module: RealQuantLinear, _incompatible_keys) -> None:
+    """load_state_dict post-hook (a module-level function, so the module still pickles)."""
+    module._prepared.clear()

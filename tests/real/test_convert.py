@@ -98,6 +98,35 @@ def test_fused_request_without_a_kernel_says_why():
     model(prompt())
 
 
+class _Proj(torch.nn.Module):
+    def __init__(self, out: int):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, out)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def test_a_cpu_int4_shape_the_packing_op_refuses_is_said_not_a_torch_crash():
+    model = quantize_real(_Proj(24), "w4g32-a16-kv:16", kernel="fused")  # 24 outputs: % 8, not % 16
+    with pytest.raises(ValueError, match="tinygemm int4 on CPU needs out_features % 16 == 0, got \\[24, 64\\]"):
+        model(torch.randn(2, 64))
+    auto = quantize_real(_Proj(24), "w4g32-a16-kv:16")
+    auto(torch.randn(2, 64))  # auto dequantizes on the CPU
+
+
+def test_loading_new_weights_replaces_the_fused_kernels_copy():
+    torch.manual_seed(0)
+    a = quantize_real(_Proj(32), "w4g32-a16-kv:16", kernel="fused")
+    torch.manual_seed(1)
+    b = quantize_real(_Proj(32), "w4g32-a16-kv:16", kernel="fused")
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        a(x)  # prepares a's converted weight
+        a.load_state_dict(b.state_dict())
+        assert torch.equal(a(x), b(x))
+
+
 def test_quantizing_twice_is_an_error():
     model = quantize_real(tiny_model("llama"), "w8-a16-kv:16")
     with pytest.raises(ValueError, match="already quantized"):

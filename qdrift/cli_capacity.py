@@ -20,7 +20,7 @@ def _shape(ref: str):
 
 
 def cmd_capacity(args) -> int:
-    from qdrift.capacity import CLASSES, GB, node_capacity, weight_bytes, weight_plan
+    from qdrift.capacity import CLASSES, GB, GIB, node_capacity, weight_bytes, weight_plan
 
     try:
         shape = _shape(args.model)
@@ -29,7 +29,7 @@ def cmd_capacity(args) -> int:
         print(f"model: {shape.name}  ({shape.total_params / 1e9:,.2f} B parameters)" + (f"\nsource: {shape.source}" if shape.source else ""))
         for cls in CLASSES:
             if shape.params[cls]:
-                print(f"  {cls:<15} {shape.params[cls] / 1e9:>10,.3f} B params  {plan.per_class[cls]:<9} {rows[cls] / GB:>9,.2f} GB")
+                print(f"  {cls:<15} {shape.params[cls] / 1e9:>10,.3f} B params  {plan.per_class[cls]:<9} {rows[cls] / GB:>9,.2f} GB {rows[cls] / GIB:>9,.2f} GiB")
         for kv in args.kv:
             cap = node_capacity(shape, plan, kv, args.gpus, args.tp, args.gpu_mem, args.mem_util, args.reserve)
             print(cap.render())
@@ -39,13 +39,16 @@ def cmd_capacity(args) -> int:
 
 
 def add_parser(sub) -> None:
+    from qdrift.capacity.node import H200_GIB  # plain arithmetic, no heavy imports
+
     p = sub.add_parser("capacity", help="weight bytes, KV bytes per token and max cached tokens on a node")
     p.add_argument("model", help="a preset (kimi-k2, glm-5, llama-3.1-70b, llama-3.1-8b), a config.json or a model directory")
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--tp", type=int, default=8, help="tensor-parallel degree (gpus // tp replicas)")
-    p.add_argument("--gpu-mem", type=float, default=141.0, help="GB (10^9 bytes) per GPU; H200: 141")
+    p.add_argument("--gpu-mem", type=float, default=H200_GIB,
+                   help="GiB per GPU as nvidia-smi reports it (H200: 140.4, i.e. 143,771 MiB; H100 80GB: 79.6)")
     p.add_argument("--mem-util", type=float, default=0.9, help="fraction of GPU memory the engine may use (vLLM default 0.9)")
-    p.add_argument("--reserve", type=float, default=0.0, help="GB per GPU for activations, CUDA graphs, buffers")
+    p.add_argument("--reserve", type=float, default=0.0, help="GiB per GPU for activations, CUDA graphs, buffers")
     p.add_argument("--weights", default="bf16", help="bf16, fp16, fp32, fp8, int8, int4, int4g128, nvfp4, mxfp4")
     p.add_argument("--keep", nargs="*", default=None,
                    help="module classes kept in bf16 (default: by precision, see qdrift.capacity.plan)")

@@ -7,9 +7,9 @@ from qdrift.cli import main
 
 
 def test_capacity_prints_tokens_for_each_kv_precision(capsys):
-    assert main(["capacity", "kimi-k2", "--weights", "int4", "--kv", "bf16", "fp8", "--reserve", "4.5"]) == 0
+    assert main(["capacity", "kimi-k2", "--weights", "int4", "--kv", "bf16", "fp8", "--reserve", "12.35"]) == 0
     out = capsys.readouterr().out
-    assert "685,842" in out and "1,371,685" in out and "routed_experts" in out
+    assert "686,108" in out and "1,372,216" in out and "routed_experts" in out
 
 
 def test_capacity_reads_a_config_json(tmp_path, capsys):

@@ -7,13 +7,21 @@
 Every assumption is a parameter; see qdrift.capacity.node and qdrift.capacity.plan.
 """
 
-from qdrift.capacity.node import GB, NodeCapacity, kv_bytes_per_token, node_capacity
+from qdrift.capacity.node import (
+    GB,
+    GIB,
+    H200_GIB,
+    NodeCapacity,
+    indexer_bytes,
+    kv_bytes_per_token,
+    node_capacity,
+)
 from qdrift.capacity.plan import WeightPlan, weight_bytes, weight_plan
 from qdrift.capacity.precision import KV, WEIGHTS
 from qdrift.capacity.presets import PRESETS, preset
 from qdrift.capacity.shape import CLASSES, KVLayout, ModelShape, shape_from_config
 
 __all__ = [
-    "CLASSES", "GB", "KV", "PRESETS", "WEIGHTS", "KVLayout", "ModelShape", "NodeCapacity", "WeightPlan",
-    "kv_bytes_per_token", "node_capacity", "preset", "shape_from_config", "weight_bytes", "weight_plan",
+    "CLASSES", "GB", "GIB", "H200_GIB", "KV", "PRESETS", "WEIGHTS", "KVLayout", "ModelShape", "NodeCapacity", "WeightPlan",
+    "indexer_bytes", "kv_bytes_per_token", "node_capacity", "preset", "shape_from_config", "weight_bytes", "weight_plan",
 ]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from qdrift.capacity import kv_bytes_per_token, node_capacity, preset, weight_bytes, weight_plan
+from qdrift.capacity import H200_GIB, kv_bytes_per_token, node_capacity, preset, weight_bytes, weight_plan
 
 GIB = 2**30
 
@@ -30,9 +30,10 @@ def test_kimi_k2x_int4_checkpoint_is_594_gb():
 
 
 def test_kimi_k2x_on_8xh200_caches_686k_tokens_in_bf16_and_twice_that_in_fp8():
-    # Assumptions: INT4 K2.x checkpoint split over TP8; 141 GB per H200, 90% usable (vLLM's default);
-    # 4.5 GB per GPU of activations / CUDA graphs -- the one number fitted to the published figure.
-    common = dict(gpus=8, tp=8, gpu_mem_gb=141, memory_utilization=0.9, activation_reserve_gb=4.5)
+    # Assumptions: INT4 K2.x checkpoint split over TP8; an H200's 140.4 GiB (143,771 MiB), 90% usable
+    # (vLLM's default); 12.35 GiB per GPU of activations / CUDA graphs -- the one number fitted to the
+    # published figure (vLLM's own log for K2-Thinking, 46.80 GiB available, implies 10.45 GiB).
+    common = dict(gpus=8, tp=8, gpu_mem_gib=H200_GIB, memory_utilization=0.9, activation_reserve_gib=12.35)
     bf16 = node_capacity(preset("kimi-k2"), weight_plan("int4"), "bf16", **common)
     fp8 = node_capacity(preset("kimi-k2"), weight_plan("int4"), "fp8", **common)
     assert abs(bf16.max_cached_tokens / 686_000 - 1) < 0.02, bf16.max_cached_tokens
@@ -64,16 +65,16 @@ def test_gqa_cache_is_split_by_kv_heads_and_replicated_beyond_them():
 
 def test_replicas_multiply_the_node_capacity():
     shape, plan = preset("llama-3.1-8b"), weight_plan("bf16")
-    one = node_capacity(shape, plan, gpus=1, tp=1, gpu_mem_gb=80)
-    eight = node_capacity(shape, plan, gpus=8, tp=1, gpu_mem_gb=80)
+    one = node_capacity(shape, plan, gpus=1, tp=1, gpu_mem_gib=80)
+    eight = node_capacity(shape, plan, gpus=8, tp=1, gpu_mem_gib=80)
     assert eight.max_cached_tokens == 8 * one.max_cached_tokens
-    expected = (80e9 * 0.9 - sum(weight_bytes(shape, plan).values())) // 131_072
+    expected = (80 * 2**30 * 0.9 - sum(weight_bytes(shape, plan).values())) // 131_072  # GiB, as nvidia-smi counts
     assert one.max_cached_tokens == expected
 
 
 def test_a_model_that_does_not_fit_is_an_error():
     with pytest.raises(ValueError, match="does not fit"):
-        node_capacity(preset("kimi-k2"), weight_plan("bf16"), gpus=8, tp=8, gpu_mem_gb=141)
+        node_capacity(preset("kimi-k2"), weight_plan("bf16"), gpus=8, tp=8, gpu_mem_gib=H200_GIB)
 
 
 def test_bad_names_list_the_valid_ones():
@@ -85,3 +86,20 @@ def test_bad_names_list_the_valid_ones():
         preset("kimi")
     with pytest.raises(ValueError, match="module class"):
         weight_plan("fp8", keep=["attn"])
+
+
+def test_an_h200_is_its_143771_mib_not_141e9_bytes():
+    # vLLM's log for K2-Thinking at TP8: 46.80 GiB available for the cache. With the whole 140.4 GiB
+    # the rest of the 90% is the INT4 weights plus 10.45 GiB; reading "141 GB" as 141e9 bytes would
+    # leave 9 GB per GPU out (the reserve would have to be 2.4 GB to match).
+    assert H200_GIB * GIB == 143_771 * 2**20
+    cap = node_capacity(preset("kimi-k2"), weight_plan("int4"), "bf16", activation_reserve_gib=10.45)
+    assert abs(cap.cache_bytes_per_gpu / GIB - 46.80) < 0.01
+
+
+def test_the_glm5_indexer_key_is_fp8_with_a_scale_per_128_whatever_the_kv_precision():
+    # GLM-5 (DSA): 78 layers of a 512 + 64 latent plus a 128-element indexer key, which vLLM and SGLang
+    # keep as FP8 codes and an FP32 scale per 128 elements (132 bytes) with a BF16 or an FP8 cache alike.
+    kv = preset("glm-5").kv
+    assert kv_bytes_per_token(kv, "bf16", tp=8) == 78 * (576 * 2 + 132) == 100_152
+    assert kv_bytes_per_token(kv, "fp8", tp=8) == 78 * (576 + 132)

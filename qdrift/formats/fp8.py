@@ -1,8 +1,10 @@
 """FP8 formats `fp8e4m3` (torch.float8_e4m3fn, max 448) and `fp8e5m2` (torch.float8_e5m2, max 57344).
 
 Casts saturate: values are clamped to +-max before the cast, as serving engines do (a plain cast
-gives NaN for e4m3fn or inf for e5m2 on older torch builds), so +-inf becomes +-max and NaN stays
-NaN. Nearest rounding is torch's cast itself (round half to even), so codes are bit-exact with
+gives NaN for e4m3fn or inf for e5m2 on older torch builds), so with a given scale (`@unit`,
+`@static`) +-inf becomes +-max and NaN stays NaN. A dynamic scale is the block's absmax / max, so an
+inf in a block makes its scale inf and the whole block NaN (inf / inf), as a dynamic-scaling engine
+kernel would. Nearest rounding is torch's cast itself (round half to even), so codes are bit-exact with
 `(x / scale).clamp(-max, max).to(dtype)`. With scale 1.0 ("unit") this is what engines serving FP8
 KV caches without calibrated scales do.
 """

@@ -72,6 +72,11 @@ class BFCLMultiTurn:
         self.flat_truth = [c for turn in self.truth_calls for c in turn]
         self.reset()
 
+    @property
+    def instance_key(self) -> str:
+        """The BFCL entry this episode plays: seeds that give the same entry are the same item."""
+        return self.entry["id"]
+
     def tools(self) -> list[dict]:
         return self._tools
 

@@ -38,6 +38,7 @@ valid choices.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,7 +424,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         horizons = []
     elif len(set(horizons)) != len(horizons):
         c.error(task.line_of("horizons"), f"{where}horizons: repeated horizon in {horizons}")
-    elif cls is not None and max(horizons) > cls.max_horizon:
+    elif cls is not None and max(horizons) > _max_horizon(cls):  # optional: an environment may have no cap
         c.error(task.line_of("horizons"), f"{where}horizons: {max(horizons)} exceeds {env}'s maximum "
                                           f"horizon {cls.max_horizon}; valid horizons: 1..{cls.max_horizon}")
     seeds = task.get("seeds", 20)
@@ -444,7 +445,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         knobs = {}
     if cls is not None and knobs:  # checked even when the horizons or seeds are wrong, so all is said at once
         try:
-            h0 = min((h for h in horizons if h <= cls.max_horizon), default=1)
+            h0 = min((h for h in horizons if h <= _max_horizon(cls)), default=1)
             make_environment(env, horizon=h0, seed=TRAIN_SEEDS_BELOW, split="eval", **knobs)
         except (ValueError, TypeError) as e:
             c.error(task.line_of("knobs"), f"{where}knobs: {e}")
@@ -463,7 +464,34 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
                 field = "knobs" if knobs else "horizons"
                 c.error(task.line_of(field), f"{where}{field}: {e} (at horizon {h})")
                 return None
+        repeated = _repeated_instances(env, cls, horizons[0], seeds, knobs)
+        if repeated:
+            c.error(task.line_of("seeds"), f"{where}seeds: {repeated}")
+            return None
     return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt, drift)
+
+
+def _max_horizon(cls) -> float:
+    """An environment's largest horizon: `max_horizon` where it declares one (qdrift's own do), else none."""
+    return getattr(cls, "max_horizon", math.inf)
+
+
+def _repeated_instances(env: str, cls, horizon: int, seeds: list[int], knobs: dict) -> str | None:
+    """For an environment drawn from a finite set of instances (one that names each instance with an
+    `instance_key`, as BFCL's entries), the seeds that would give an instance twice: the statistics
+    take every seed for an independent instance, so a repeat would count one item twice."""
+    if not hasattr(cls, "instance_key"):
+        return None
+    from qdrift.envs.registry import make_environment
+
+    first: dict = {}
+    for seed in seeds:
+        key = make_environment(env, horizon=horizon, seed=seed, split="eval", **knobs).instance_key
+        if key in first:
+            return (f"seeds {first[key]} and {seed} give the same {env} instance ({key}); {len(first)} seeds "
+                    f"give distinct ones here, so ask for at most {len(first)} (or a list of seeds that differ)")
+        first[key] = seed
+    return None
 
 
 def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask | None:

@@ -137,3 +137,55 @@ def test_threads_must_be_a_positive_integer(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "run", "no-such-sweep.yaml", "--threads", "0"])  # refused before the file is read
     assert "must be an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seeds, knobs, ok", [(20, "", True), (200, "", False), (2, "\n    knobs: {entry: 3}", False)])
+def test_seeds_that_would_repeat_a_finite_environments_instance_are_refused(seeds, knobs, ok):
+    from tests.bfcl.conftest import requires_bfcl
+
+    if requires_bfcl.args[0]:
+        pytest.skip(requires_bfcl.kwargs["reason"])
+    text = f"models: [organism]\nspecs: [baseline]\ntasks:\n  - env: bfcl_multi_turn\n    horizons: [1]\n    seeds: {seeds}{knobs}\n"
+    if ok:
+        assert len(parse_sweep(text).tasks[0].seeds) == seeds
+        return
+    found = problems(text)
+    assert any("give the same bfcl_multi_turn instance (multi_turn_base_" in p and "ask for at most" in p for p in found), found
+
+
+BARE_ENV = '''
+from qdrift.envs.base import StepResult, ToolCall
+
+
+class Bare:
+    """An environment written from the protocol alone: no ToolEnv, so no max_horizon."""
+
+    name = "bare"
+
+    def __init__(self, horizon, seed, **knobs):
+        self.horizon = self.max_steps = horizon
+        self.done = False
+
+    def tools(self):
+        return []
+
+    def reset(self):
+        return [{"role": "user", "content": "call ok"}]
+
+    def oracle(self):
+        return ToolCall("ok", {})
+
+    def step(self, call, raw=""):
+        self.done = True
+        return StepResult("done", True, True, True, None)
+
+    def success(self):
+        return self.done
+'''
+
+
+def test_an_environment_without_a_maximum_horizon_can_be_swept(tmp_path):
+    (tmp_path / "bare.py").write_text(BARE_ENV)
+    sweep = parse_sweep(f"models: [tiny:llama]\nspecs: [baseline]\ntasks:\n  - env: {tmp_path}/bare.py@Bare\n"
+                        "    horizons: [1, 500]\n    seeds: 2\n")
+    assert sweep.tasks[0].horizons == (1, 500)

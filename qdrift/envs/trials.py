@@ -58,6 +58,9 @@ def run_trials(policy_factory: Callable[[], object], env_ref: str, horizon: int,
     With `with_steps=True`, return (episode records, step records).
     """
     seeds = list(seeds)
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:  # the same instance twice would pass for more trials of it
+        raise ValueError(f"seeds repeat {repeated}: each instance is run n_trials times once; list each seed once")
     if n_trials < 1:
         raise ValueError(f"n_trials must be >= 1, got {n_trials}")
     if batch_size < 1:
@@ -82,9 +85,16 @@ def run_trials(policy_factory: Callable[[], object], env_ref: str, horizon: int,
 
 
 def _counts(records: Iterable[EpisodeRecord]) -> dict[tuple, tuple[int, int]]:
-    """(env, horizon, seed) -> (trials n, successes c)."""
+    """(env, horizon, seed) -> (trials n, successes c). A record of an (instance, trial) already seen is
+    an error: counted again it would pass for another trial (records concatenated twice)."""
     out: dict[tuple, list[int]] = {}
+    seen: set[tuple] = set()
     for r in records:
+        trial = (r.env, r.horizon, r.seed, r.trial)
+        if trial in seen:
+            raise ValueError(f"two records of trial {r.trial} of instance {r.env} horizon={r.horizon} seed={r.seed}: "
+                             "each trial must be counted once")
+        seen.add(trial)
         nc = out.setdefault((r.env, r.horizon, r.seed), [0, 0])
         nc[0] += 1
         nc[1] += bool(r.success)

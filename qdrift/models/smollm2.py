@@ -86,8 +86,11 @@ def default_cache_dir() -> Path:
 
 
 def _source_info(path: Path) -> dict:
-    st = path.stat()
-    return {"gguf": path.name, "size": st.st_size, "note": BASELINE_NOTE}
+    """What identifies the GGUF a cached copy came from: its name, size and sha256 (a replaced file of
+    one architecture keeps its name and, being Q4_1 of the same shapes, its size; ~0.1 s to hash)."""
+    from qdrift.verify.requests import file_sha256
+
+    return {"gguf": path.name, "size": path.stat().st_size, "sha256": file_sha256(path), "note": BASELINE_NOTE}
 
 
 def _is_current(folder: Path, source: dict) -> bool:
@@ -100,7 +103,7 @@ def _is_current(folder: Path, source: dict) -> bool:
         recorded = json.loads(marker.read_text())
     except ValueError:
         return False
-    return recorded.get("gguf") == source["gguf"] and recorded.get("size") == source["size"]
+    return all(recorded.get(k) == source[k] for k in ("gguf", "size", "sha256"))
 
 
 def _ensure_pad(tokenizer) -> None:

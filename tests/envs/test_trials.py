@@ -67,6 +67,18 @@ def test_k_above_the_trial_count_names_n():
         pass_hat_k([], 1)
 
 
+def test_a_trial_recorded_twice_is_refused_not_counted_as_another_trial():
+    # Records concatenated twice: one instance, 1 of 2 trials succeeds, pass^2 = C(1,2)/C(2,2) = 0; counted
+    # twice it read C(2,2)/C(4,2) = 1/6, and k = 3 passed the trial-count check.
+    once = records({5: [True, False]})
+    assert pass_hat_k(once, 2) == 0.0
+    for analysis in (pass_at_k, pass_hat_k):
+        with pytest.raises(ValueError, match="two records of trial 0 of instance ledger horizon=5 seed=5"):
+            analysis(once + once, 2)
+    with pytest.raises(ValueError, match="seeds repeat \\[3\\]"):
+        run_trials(lambda: None, "ledger", 2, [3, 3], 2)
+
+
 def test_run_trials_end_to_end_with_seeded_sampling():
     tok = tiny_tokenizer()
     model = tiny_model("llama")

@@ -75,3 +75,19 @@ def test_generation_produces_text(reloaded):
     text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert out.shape[1] > ids.shape[1] and text.strip()
     assert "paris" in text.lower()
+
+
+def test_a_cached_copy_from_another_gguf_of_the_same_name_and_size_is_not_current(tmp_path):
+    # A replaced Q4_1 file of one architecture keeps its name and size: only its hash tells it apart.
+    import json
+
+    from qdrift.models.smollm2 import _SOURCE_FILE, _is_current, _source_info
+
+    gguf = gguf_path()
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    source = _source_info(gguf)
+    (tmp_path / _SOURCE_FILE).write_text(json.dumps({**source, "sha256": "0" * 64}))
+    assert not _is_current(tmp_path, source)
+    (tmp_path / _SOURCE_FILE).write_text(json.dumps(source))
+    assert _is_current(tmp_path, source)

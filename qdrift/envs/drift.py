@@ -15,7 +15,7 @@ exercised as in serving. Before each generated token it compares the two next-to
     base_logprob / var_logprob   log-probability of the baseline's token under each model
 
     episodes, steps, traces = record_baseline(HFPolicy(model, tok, prompt, max_new_tokens=64), envs)
-    rows = teacher_forced_drift(model, qdrift.quantize(copy.deepcopy(model), "w4g32-a16-kv:fp8e4m3"), traces)
+    rows = teacher_forced_drift(model, qdrift.quantize(copy.deepcopy(model), "w4g32-a16-kv:fp8e4m3@unit"), traces)
     summarize_drift(rows)   # mean KL, p99 KL, flip rate, per-step means
 """
 
@@ -95,6 +95,8 @@ def teacher_forced_drift(baseline_model, variant_model, trajectory_chunks: list[
     ids = list(range(len(traces))) if episodes is None else list(episodes)
     if len(ids) != len(traces):
         raise ValueError(f"got {len(ids)} episode ids for {len(traces)} traces")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer (or None: all traces in one batch), got {batch_size!r}")
     size = batch_size or max(len(traces), 1)
     rows: list[TokenDrift] = []
     for lo in range(0, len(traces), size):

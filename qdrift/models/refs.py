@@ -25,6 +25,10 @@ def check_model_ref(ref: str) -> str | None:
         return None if arch in archs else f"unknown tiny architecture '{arch}' in '{ref}'; valid: " + \
             ", ".join(f"tiny:{a}" for a in archs)
     if Path(ref).is_dir():
+        folder = Path(ref)
+        if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")) and any(folder.glob("*.gguf")):
+            return (f"model folder '{ref}' holds only a .gguf file, which a folder reference does not load; "
+                    "convert it to safetensors (as qdrift.models.smollm2 does) and point at that folder")
         return None
     return (f"model '{ref}' is not 'organism', 'smollm2', 'tiny:<arch>' (e.g. tiny:llama) or an existing local "
             f"model directory (relative paths are taken from the current directory, {Path.cwd()}); "

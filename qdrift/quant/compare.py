@@ -20,13 +20,17 @@ class LogitComparison:
 
 def compare_logits(baseline: torch.Tensor, quantized: torch.Tensor) -> LogitComparison:
     """Compare two logit tensors [..., vocab] position by position."""
-    p = torch.log_softmax(baseline.float(), dim=-1)
-    q = torch.log_softmax(quantized.float(), dim=-1)
-    kl = (p.exp() * (p - q)).sum(-1)
+    p = torch.log_softmax(baseline.double(), dim=-1)
+    q = torch.log_softmax(quantized.double(), dim=-1)
+    # A token both rule out (a -inf logit in each, e.g. a masked vocabulary entry) adds 0, not
+    # 0 * (-inf - -inf) = nan; one only the quantized model rules out makes the KL inf, as it should.
+    kl = torch.where(torch.isneginf(p), 0.0, p.exp() * (p - q)).sum(-1)
     agree = (baseline.argmax(-1) == quantized.argmax(-1)).float().mean()
+    b, v = baseline.double(), quantized.double()
+    same = b == v  # equal entries, infinite ones included, differ by 0 (inf - inf would be nan)
     return LogitComparison(
         kl_mean=float(kl.mean()), kl_max=float(kl.max()), top1_agreement=float(agree),
-        max_abs=float((baseline.float() - quantized.float()).abs().max()),
+        max_abs=float(torch.where(same, 0.0, (b - v).abs()).max()),
     )
 
 

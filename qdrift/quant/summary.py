@@ -87,7 +87,15 @@ def summarize(model: nn.Module, spec: QuantSpec | None = None, shapes=None) -> S
     dtype = next(model.parameters()).dtype
     rows, n_q = [], 0
     acc = {"prefill": 0.0, "decode": 0.0}
-    for target in state.targets if state else []:
+    if state is not None:
+        targets = state.targets
+    elif spec.is_noop:
+        targets = []
+    else:  # not quantized yet: the modules the spec would select
+        from qdrift.quant.select import select
+
+        targets = select(model, spec)
+    for target in targets:
         for param in target.param_names:
             w = getattr(target.module, param)
             bits = {ph: weight_bits(getattr(spec, ph).weights, dtype) for ph in acc}

@@ -127,3 +127,10 @@ def test_kl_with_masked_vocabulary_entries_matches_scipy():
     # a token only the variant rules out: the baseline's mass there has no cover, so KL is inf
     (d,) = _compare([0], [(None, 1, 3, 0)], {0: (lv.flip(0), lv)}, {0: 7})
     assert d.kl == inf
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5])
+def test_a_batch_size_that_is_not_positive_is_refused_not_an_empty_result(batch_size):
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        teacher_forced_drift(model, model, [[([1, 2, 3], [4, 5])]], batch_size=batch_size)

@@ -43,3 +43,11 @@ def test_builtins_and_bad_references(tmp_path):
         model_fingerprint(str(empty))
     with pytest.raises(ValueError, match="valid built-ins"):
         model_fingerprint(str(tmp_path / "missing"))
+
+
+def test_a_folder_holding_only_a_gguf_is_refused_with_what_to_do(tmp_path):
+    from qdrift.models.refs import check_model_ref
+
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    problem = check_model_ref(str(tmp_path))
+    assert problem is not None and "holds only a .gguf file" in problem and "convert it to safetensors" in problem

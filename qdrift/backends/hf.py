@@ -138,9 +138,12 @@ class HFPolicy:
         logits = session.feed(chunks) if any(chunks) else session.last_logits
         opening = self.prompt.prefilled
         stops = tuple(self.prompt.parser.stop_strings)
+        # Enough tokens to hold the longest stop string even one byte per token (a byte-level tokenizer
+        # may split a character into up to 4): a fixed 8 missed `</tool_call>` spelt in 12 tokens.
+        span = 4 * max((len(s) for s in stops), default=0) + 1
 
         def stop_check(row, ids):
-            tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
+            tail = self.tokenizer.decode(ids[-span:], skip_special_tokens=False)
             return any(s in tail for s in stops)
 
         outs = session.generate(logits, rows, max_new_tokens=self.max_new_tokens, eos_ids=self.eos_ids,

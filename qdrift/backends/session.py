@@ -17,6 +17,7 @@ import torch
 from qdrift.backends.gqa_sdpa import applies_to, shared_kv_heads
 from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
+from qdrift.quant.kv import defers_kv_quantization
 
 
 @dataclass
@@ -46,11 +47,24 @@ class BatchSession:
         self.batch = batch
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
+        deferred = defers_kv_quantization(model)
+        if deferred and (batch > 1 or paged):
+            raise ValueError(
+                f"the model's KV spec ({deferred}) waits for a token block or keeps a full-precision window, "
+                "and counts those tokens over the cache's columns: "
+                + ("in a paged cache the settled tokens never reach the pages" if paged else
+                   f"in a batch of {batch} the padding that aligns the rows would move each row's blocks and "
+                   "window with its neighbours' lengths, so a row's numerics would depend on its batch")
+                + "; run it with batch 1 and a dynamic cache")
         if paged:
             layers = model.config.get_text_config().num_hidden_layers
             self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)
         else:
             self.cache = growing_cache(model.config)
+        # Sliding-window layers keep and mask by column, and padding takes columns: once the cache is
+        # wider than the window, a padded row would lose tokens that are inside its own window.
+        self.sliding_window = min((layer.sliding_window for layer in getattr(self.cache, "layers", [])
+                                   if getattr(layer, "sliding_window", None)), default=None)
         self.aborted: dict[int, str] = {}
         # Only each row's last position needs logits; models that take `logits_to_keep` skip the
         # output projection elsewhere (for a small vocabulary model about a third of prefill work).
@@ -102,6 +116,12 @@ class BatchSession:
         # Padding repeats the row's last position; it is masked, so its value does not matter.
         pos = self.positions[:, None] + torch.minimum(steps[None, :], (lens - 1).clamp_min(0)[:, None])
         mask = torch.cat([self.mask, new_mask], dim=1)
+        if self.sliding_window is not None and mask.shape[1] > self.sliding_window and not bool(mask.all()):
+            raise ValueError(
+                f"this batch's cache reached {mask.shape[1]} columns, beyond the model's sliding window of "
+                f"{self.sliding_window}, and some rows hold padding: transformers keeps and masks a sliding "
+                "window by column, so those rows would lose tokens inside their own window. Run this model "
+                "with batch 1 (or keep conversations within the window)")
         last = (lens - 1).clamp_min(0)
         kwargs = {}
         if self.keep_logits:
@@ -138,6 +158,9 @@ class BatchSession:
 
         stop_check(row, token_ids) -> bool says whether a stop string has appeared.
         """
+        never = [r for r in rows if int(self.positions[r]) == 0 and not self.unfed[r]]
+        if never:  # its "logits" would be a padding token's
+            raise ValueError(f"rows {never} were never fed a token: feed a prompt before generating")
         waiting = [r for r in rows if self.unfed[r] and r not in self.aborted]
         if waiting:  # the last turn's final tokens first
             logits = self.feed([[] if r in waiting else None for r in range(self.batch)])

@@ -1,7 +1,8 @@
 """Run one cell in this process: the model quantized by the cell's spec, then its task.
 
 Agent cells run the ordinary episode runner (`run_episodes` with `HFPolicy`: greedy, the KV cache
-reused across steps, `batch` episodes in lockstep) on the cell's held-out seeds; short-form cells
+reused across steps, `batch` episodes in lockstep; one at a time when the spec defers KV
+quantization, whose token blocks and window padding would shift) on the cell's held-out seeds; short-form cells
 call the runner registered under the task's name (`qdrift.sweep.shortform`). A variant's agent
 cell with `drift: true` also runs the baseline on the same seeds, recording its tokens, and replays
 those episodes through the variant teacher-forced (`qdrift.envs.drift`): "drift" rows, one per
@@ -50,11 +51,14 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.registry import make_environment
     from qdrift.envs.runner import run_episodes
+    from qdrift.quant.kv import defers_kv_quantization
 
     task: AgentTask = cell.task
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
     episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
+    if defers_kv_quantization(model):  # its blocks and window are counted per row only at batch 1
+        batch = 1
     for start in range(0, len(seeds), batch):
         chunk = seeds[start:start + batch]
 

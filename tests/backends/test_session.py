@@ -131,3 +131,42 @@ def test_logits_of_last_positions_only_match_full_logits_and_models_without_the_
     for chunks in ([a1, b1], [a2, b2], [None, [7]]):
         torch.testing.assert_close(kept.feed(chunks), full.feed(chunks), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(kept.last_logits[0], alone(model, [a1, a2]), rtol=1e-4, atol=1e-5)
+
+
+def test_a_spec_that_defers_kv_quantization_is_refused_in_a_batch_and_in_pages():
+    # Token blocks and the full-precision window are counted over the cache's columns, which padding
+    # shares between rows: a row's blocks would move with its neighbours' lengths.
+    import pytest
+
+    for spec in ("w16-a16-k:4c4@dyn-v:16", "w16-a16-kv:4@dyn-win4"):
+        model = qdrift.quantize(tiny_model("llama"), spec)
+        with pytest.raises(ValueError, match="run it with batch 1 and a dynamic cache"):
+            BatchSession(model, 2, pad_id=0)
+        with pytest.raises(ValueError, match="never reach the pages"):
+            BatchSession(model, 1, pad_id=0, paged=True)
+        s = BatchSession(model, 1, pad_id=0)
+        torch.testing.assert_close(s.feed([ids(9, 0)])[0], alone(model, [ids(9, 0)]), rtol=1e-4, atol=1e-5)
+    BatchSession(qdrift.quantize(tiny_model("llama"), "w16-a16-kv:4@dyn"), 2, pad_id=0)  # per token: fine
+
+
+def test_padding_beyond_a_sliding_window_is_refused_not_a_silently_wrong_row():
+    import pytest
+
+    model = tiny_model("gemma2")
+    window = model.config.sliding_window
+    p = ids(window + 4, 7)
+    s = BatchSession(model, 2, pad_id=0)
+    s.feed([p[:window], p[:3]])  # within the window: padding takes no real token out of it
+    with pytest.raises(ValueError, match="beyond the model's sliding window"):
+        s.feed([p[window:], p[3:]])  # row 1 padded, and the cache now wider than the window
+    alone_session = BatchSession(model, 1, pad_id=0)  # one row has no padding: past the window is fine
+    torch.testing.assert_close(alone_session.feed([p])[0], alone(model, [p]), rtol=1e-4, atol=1e-5)
+
+
+def test_a_row_never_fed_cannot_generate():
+    import pytest
+
+    s = BatchSession(tiny_model("llama"), 2, pad_id=0)
+    logits = s.feed([ids(4, 0), None])
+    with pytest.raises(ValueError, match="rows \\[1\\] were never fed"):
+        s.generate(logits, [0, 1], max_new_tokens=2, eos_ids=set(), stop_check=never)

@@ -80,7 +80,9 @@ def test_card_command_reads_a_verify_run(tmp_path, monkeypatch):
     from tests.verify.fakes import FakeEndpoint, expected_of
 
     f = tmp_path / "r.jsonl"
-    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "4", "--out", str(f)])
+    # 80 requests: an endpoint that agrees on all of them is equivalent within 0.05 by the exact bound
+    # (0.95^80 < 0.05); 16 agreeing requests would leave a 17-point difference open
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "20", "--out", str(f)])
     exp = expected_of(read_requests(f))
     monkeypatch.setattr(cli_verify, "make_endpoint", lambda n, u, m, a: FakeEndpoint(n, exp))
     main(["verify", "run", "--requests", str(f), "--reference", "ref=http://h/v1", "--endpoint", "fp8=http://g/v1",

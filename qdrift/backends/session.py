@@ -18,6 +18,7 @@ from qdrift.backends.gqa_sdpa import applies_to, shared_kv_heads
 from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
 from qdrift.quant.kv import defers_kv_quantization
+from qdrift.quant.model import forced_phase
 
 
 @dataclass
@@ -78,9 +79,13 @@ class BatchSession:
         self.last_logits: torch.Tensor | None = None  # [B, V]: each row's logits after its last real token
 
     @torch.no_grad()
-    def feed(self, chunks: list[list[int] | None]) -> torch.Tensor:
+    def feed(self, chunks: list[list[int] | None], phase: str = "prefill") -> torch.Tensor:
         """Append each row's tokens (after its `unfed` ones); return each row's logits after its last
         real token [B, V].
+
+        `phase` is the precision phase of a quantized model's forward: fed tokens are "prefill"
+        (a prompt, a tool result, a turn's waiting last token, as a serving engine prefills them),
+        generated tokens "decode", whatever the width of the forward.
 
         A row fed None keeps its logits (so it can still be asked to generate) and its unfed tokens:
         a row's waiting token always enters with that row's own next feed, never with another row's
@@ -92,7 +97,7 @@ class BatchSession:
         self.unfed = [[] if chunks[r] else u for r, u in enumerate(self.unfed)]
         while True:
             try:
-                return self._feed(chunks)
+                return self._feed(chunks, phase)
             except PageIntegrityError as e:  # raised before any layer wrote: abort that row, retry the rest
                 self.aborted[e.row] = str(e)
                 self.cache.pool.skip[e.row] = True
@@ -100,7 +105,7 @@ class BatchSession:
                 if not any(chunks) and self.last_logits is not None:
                     return self.last_logits
 
-    def _feed(self, chunks: list[list[int] | None]) -> torch.Tensor:
+    def _feed(self, chunks: list[list[int] | None], phase: str) -> torch.Tensor:
         lengths = [len(c) if c else 0 for c in chunks]
         width = max(lengths)
         if width == 0:
@@ -130,7 +135,7 @@ class BatchSession:
             at = torch.searchsorted(keep, last)
         else:
             at = last
-        with shared_kv_heads(self.model, self.share_kv_heads):
+        with shared_kv_heads(self.model, self.share_kv_heads), forced_phase(self.model, phase):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
                              **kwargs)
         self.mask = mask
@@ -195,7 +200,7 @@ class BatchSession:
             active = still
             if not active:
                 break
-            logits = self.feed(chunks)
+            logits = self.feed(chunks, phase="decode")
         for r in rows:
             if r in self.aborted:
                 outs[r].stop_reason, outs[r].error = "kv_integrity", self.aborted[r]

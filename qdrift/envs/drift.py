@@ -131,7 +131,8 @@ def _replay(base_model, var_model, traces: list[Trace], ids: list[int]) -> list[
         for r in group:
             chunks[r] = queues[r][pos[r]][0] or None
         if any(chunks):
-            lb, lv = base.feed(chunks), var.feed(chunks)
+            phase = "decode" if decode else "prefill"  # generated tokens decode, fed suffixes prefill
+            lb, lv = base.feed(chunks, phase), var.feed(chunks, phase)
             for r in group:
                 if chunks[r]:
                     last[r] = (lb[r], lv[r])

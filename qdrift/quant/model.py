@@ -14,7 +14,8 @@ the peak during `quantize` is the same), or `original_device="cpu"` to park them
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +41,7 @@ class QuantState:
     calibrating: bool = False
     hook: object | None = None
     cache_kwarg: str = "cache"
+    forced_phase: str | None = None  # set by `forced_phase`: the phase whatever a forward's width
 
     def set_phase(self, phase: str) -> None:
         if phase == self.phase:
@@ -48,6 +50,28 @@ class QuantState:
         for mq in self.modules:
             for slot in mq.slots:
                 slot.show(phase)
+
+
+@contextmanager
+def forced_phase(model: nn.Module, phase: str | None) -> Iterator[None]:
+    """Run the forwards inside as `phase` ("prefill" or "decode") whatever their width.
+
+    By default a forward of one token a row is decode and a wider one prefill. A caller that knows
+    which tokens were generated and which were fed (the batched session) says so instead: a fed row
+    of one token beside a wider one would otherwise be prefill in that batch and decode alone, and a
+    waiting token fed on its own decode where a serving engine prefills it. No-op for a model qdrift
+    has not quantized, or phase None."""
+    state = getattr(model, ATTR, None)
+    if state is None or phase is None:
+        yield
+        return
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    before, state.forced_phase = state.forced_phase, phase
+    try:
+        yield
+    finally:
+        state.forced_phase = before
 
 
 def spec_of(model: nn.Module) -> QuantSpec | None:
@@ -89,7 +113,9 @@ def _install_forward_hook(model: nn.Module, state: QuantState) -> None:
 
     def pre_forward(module, args, kwargs):
         n = _seq_len(args, kwargs)
-        if n is not None:
+        if state.forced_phase is not None:
+            state.set_phase(state.forced_phase)
+        elif n is not None:
             state.set_phase("prefill" if n > 1 else "decode")
         if state.kv:
             name = state.cache_kwarg

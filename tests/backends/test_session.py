@@ -170,3 +170,15 @@ def test_a_row_never_fed_cannot_generate():
     logits = s.feed([ids(4, 0), None])
     with pytest.raises(ValueError, match="rows \\[1\\] were never fed"):
         s.generate(logits, [0, 1], max_new_tokens=2, eos_ids=set(), stop_check=never)
+
+
+def test_a_fed_row_is_prefill_whatever_the_width_its_batch_mates_give_the_forward():
+    # With separate prefill and decode precision, a one-token prompt ran as decode alone and as prefill
+    # beside a longer one; a fed token is prefill either way, a generated one decode.
+    model = qdrift.quantize(tiny_model("llama"), "w8/4-a16-kv:16")
+    one, wide = ids(1, 3), ids(5, 4)
+    together = BatchSession(model, 2, pad_id=0).feed([wide, one])[1]
+    alone_ = BatchSession(model, 1, pad_id=0).feed([one])[0]
+    torch.testing.assert_close(together, alone_, rtol=1e-4, atol=1e-5)  # batched sums round alike, not bit-equal
+    prefill = qdrift.quantize(tiny_model("llama"), "w8-a16-kv:16")  # the prefill precision on its own
+    torch.testing.assert_close(alone_, BatchSession(prefill, 1, pad_id=0).feed([one])[0], rtol=0, atol=0)

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def cmd_card(args) -> int:
     from qdrift.report.card import CardError, build_card, write_card
@@ -13,10 +15,13 @@ def cmd_card(args) -> int:
     from qdrift.spec import QuantSpec
     from qdrift.verify.requests import file_sha256
 
-    try:
-        spec = QuantSpec.parse(args.spec)
+    try:  # "baseline", as serve, sweeps and the agents command take it: nothing quantized
+        spec = QuantSpec.parse("w16-a16-kv:16" if args.spec == "baseline" else args.spec)
     except ValueError as e:
         raise SystemExit(f"qdrift card: bad --spec: {e}") from None
+    if args.store and not Path(args.store).is_file():  # opening it would create an empty store, and a card of nothing
+        raise SystemExit(f"qdrift card: no results store at {args.store} (run `qdrift sweep run FILE --store "
+                         f"{args.store}` first)")
     tool_calls, data, short_form, long_horizon = None, [], [], []
     try:
         if args.verify:

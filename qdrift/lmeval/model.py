@@ -14,6 +14,7 @@ pass without a cache, and so does qdrift: a KV spec touches only generation (`ge
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -59,6 +60,12 @@ def _blocks_from_position_zero(spec: QuantSpec) -> bool:
                for t in (spec.kv.keys, spec.kv.values))
 
 
+QDRIFT_OPTIONS = ("pretrained", "spec", "tokenizer", "dtype", "calibration", "batch_size", "device", "name")
+# HFLM's named options (minus those qdrift sets itself), the only other model arguments it uses
+_HFLM_OPTIONS = {p for p in inspect.signature(HFLM.__init__).parameters
+                 if p not in ("self", "kwargs", "args", *QDRIFT_OPTIONS)}
+
+
 @register_model("qdrift")
 class QdriftLM(HFLM):
     """HFLM whose model is quantized in place by `spec` (None or "w16-a16-kv:16": the baseline)."""
@@ -75,6 +82,11 @@ class QdriftLM(HFLM):
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
+        unknown = sorted(set(kwargs) - _HFLM_OPTIONS)
+        if unknown:  # HFLM takes **kwargs and ignores what it does not know: a typo'd spec= would run unquantized
+            raise ValueError(
+                f"unknown model argument(s) {', '.join(unknown)} for the qdrift model; qdrift's are "
+                f"{', '.join(QDRIFT_OPTIONS)}, and lm-eval's HFLM also takes {', '.join(sorted(_HFLM_OPTIONS))}")
         if isinstance(pretrained, str):
             model_name = name or pretrained
             model, tokenizer = load_pretrained(pretrained, tokenizer=tokenizer, dtype=dtype)

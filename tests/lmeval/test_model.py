@@ -89,3 +89,11 @@ def test_token_block_kv_scales_with_batched_generation_are_refused_naming_batch_
         QdriftLM(pretrained="tiny:llama", spec="w16-a16-k:4c16@dyn-v:4@dyn", batch_size=4)
     assert QdriftLM(pretrained="tiny:llama", spec="w16-a16-k:4c16@dyn-v:4@dyn", batch_size=1)
     assert QdriftLM(pretrained="tiny:llama", spec="w16-a16-kv:4@dyn", batch_size=4)  # per-token scales: no blocks
+
+
+def test_an_unknown_model_argument_is_refused_not_ignored():
+    # `spce=` (a typo for spec=) was swallowed by HFLM's **kwargs and the baseline ran as if quantized
+    from qdrift.lmeval.model import QdriftLM
+
+    with pytest.raises(ValueError, match="unknown model argument\\(s\\) spce for the qdrift model; qdrift's are pretrained, spec"):
+        QdriftLM(pretrained="organism", spce="w2-a16-kv:16")

@@ -150,3 +150,15 @@ def test_a_card_for_a_spec_other_than_the_one_the_endpoint_served_is_refused(tmp
 
     with pytest.raises(SystemExit, match=r"qdrift card: the verified endpoint's answers say it served .*-baseline"):
         verified_card(tmp_path, monkeypatch, f"qdrift-{__version__}-baseline")
+
+
+def test_a_missing_store_is_refused_not_created_and_carded_as_empty(tmp_path):
+    with pytest.raises(SystemExit, match="no results store at .*typo.sqlite"):
+        main(["card", "--spec", SPEC, "--served-model", "m", "--store", str(tmp_path / "typo.sqlite"),
+              "--out", str(tmp_path / "c")])
+    assert not (tmp_path / "typo.sqlite").exists()
+
+
+def test_a_card_for_the_baseline_takes_the_word_baseline(tmp_path):
+    assert main(["card", "--spec", "baseline", "--served-model", "m", "--out", str(tmp_path / "c")]) == 0
+    assert load_card(tmp_path / "c" / "card.json")["spec"] == "w16-a16-kv:16"

@@ -18,6 +18,8 @@ import json
 import time
 from pathlib import Path
 
+from qdrift.cli_types import positive_int
+
 
 def load_model(ref: str):
     """(model, tokenizer) for a model reference (qdrift.models.refs), or exit naming the valid ones."""
@@ -25,7 +27,7 @@ def load_model(ref: str):
 
     problem = check_model_ref(ref)
     if problem:
-        raise SystemExit(f"qdrift: model '{ref}' is neither 'organism' nor a local model directory: {problem}")
+        raise SystemExit(f"qdrift: bad --model '{ref}': {problem}")
     return load_model_ref(ref)
 
 
@@ -38,7 +40,7 @@ def check_env(entry: str, horizons: list[int]) -> None:
         name, knobs = parse_env_entry(entry)
         for L in horizons:
             make_environment(name, horizon=L, seed=TRAIN_SEEDS_BELOW, split="eval", **knobs)
-    except (ValueError, TypeError, ImportError) as e:
+    except (ValueError, TypeError, ImportError, OSError, SyntaxError) as e:
         raise SystemExit(f"qdrift: bad --env {entry!r}: {e}") from None
 
 
@@ -96,19 +98,28 @@ def cmd_agents(args) -> int:
                 append_rows(drift_out, cell)
                 print(f"{'':>28}  L={L:<4} teacher-forced drift: {len(cell):,} tokens, mean KL "
                       f"{sum(r['kl'] for r in cell) / max(len(cell), 1):.3e}  ({time.time() - t0:.1f} s)", flush=True)
-    print(stats.success_by_horizon(rows, "config").summary())
-    print(stats.step_error_ratio(rows, "config", baseline="baseline").summary())
+    # Each analysis says why it cannot run (e.g. one seed: no clusters) instead of ending the command
+    # after all the episodes ran.
+    _print_analysis("Success by horizon", lambda: stats.success_by_horizon(rows, "config"))
+    _print_analysis("Per-step error rates", lambda: stats.step_error_ratio(rows, "config", baseline="baseline"))
     for spec in args.spec:
-        print(stats.paired_from_rows(rows, "config", "baseline", spec, item_cols=["env", "horizon", "seed", "trial"],
-                                     cluster_col="seed").summary())
+        _print_analysis(f"Paired comparison {spec}", lambda spec=spec: stats.paired_from_rows(
+            rows, "config", "baseline", spec, item_cols=["env", "horizon", "seed", "trial"], cluster_col="seed"))
         if len(set(args.horizons)) >= 2:
-            print(stats.compounding_test(rows, "config", "baseline", spec).summary())
+            _print_analysis(f"Compounding {spec}", lambda spec=spec: stats.compounding_test(rows, "config", "baseline", spec))
         if args.drift:
             print_drift([r for r in drift if r["config"] == spec], [r for r in rows if r["config"] == spec],
                         args.horizons, args.seeds)
     if drift_out:
         print(f"teacher-forced drift rows: {drift_out}")
     return 0
+
+
+def _print_analysis(title: str, analysis) -> None:
+    try:
+        print(analysis().summary())
+    except ValueError as e:
+        print(f"{title}: not computed ({e})")
 
 
 def append_rows(path: Path | None, rows: list[dict]) -> None:
@@ -144,10 +155,10 @@ def add_parser(sub) -> None:
     a.add_argument("--env", default="pointer_chase", help="environment name or path.py@Class, knobs after a colon: "
                    "ledger:echo=1,amax=50 (the organism was trained on ledger, graph_nav and file_system with echo=1)")
     a.add_argument("--horizons", nargs="+", type=int, default=[1, 16, 64])
-    a.add_argument("--seeds", type=int, default=20, help="held-out seeds per horizon")
+    a.add_argument("--seeds", type=positive_int, default=20, help="held-out seeds per horizon")
     a.add_argument("--spec", nargs="+", default=["w4g128-a16-kv:fp8e4m3@unit"])
-    a.add_argument("--batch", type=int, default=50)
-    a.add_argument("--threads", type=int, default=2)
+    a.add_argument("--batch", type=positive_int, default=50)
+    a.add_argument("--threads", type=positive_int, default=2)
     a.add_argument("--out", help="write every episode row here (JSON lines)")
     a.add_argument("--drift", action="store_true",
                    help="also replay the baseline's episodes through each variant, teacher-forced: per-token KL and "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from qdrift.cli_types import positive_int
+
 
 def cmd_bfcl(args) -> int:
     import torch
@@ -59,9 +61,9 @@ def add_parser(sub) -> None:
     b.add_argument("--spec", default="baseline", help="'baseline' (unquantized) or a quantization spec")
     b.add_argument("--category", default="simple", help="BFCL category: simple, multiple, parallel, "
                    "parallel_multiple, live_simple, live_multiple, live_parallel, live_parallel_multiple")
-    b.add_argument("--limit", type=int, default=None, help="the first N items (default: all)")
+    b.add_argument("--limit", type=positive_int, default=None, help="the first N items (default: all)")
     b.add_argument("--max-new-tokens", type=int, default=128)
-    b.add_argument("--batch", type=int, default=8)
+    b.add_argument("--batch", type=positive_int, default=8)
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--out", help="write every item row here (JSON lines)")
     b.set_defaults(func=cmd_bfcl)

@@ -40,7 +40,12 @@ def run(argv: list[str]) -> int:
         sys.argv = saved
     if getattr(args, "model", None) == "qdrift" and getattr(args, "use_cache", None):
         args.use_cache = _tag(args.use_cache, args.model_args or {})
-    cli.execute(args)
+    try:
+        cli.execute(args)
+    except ValueError as e:  # qdrift's own refusals (a bad spec, an unknown model argument) read as errors
+        if getattr(args, "model", None) != "qdrift":
+            raise
+        raise SystemExit(f"qdrift lmeval: {e}") from None
     return 0
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from qdrift.cli_types import positive_int
+
 
 def _load(args):
     from qdrift.sweep import SweepError, load_sweep, resolve_sweep_file
@@ -77,7 +79,10 @@ def cmd_sweep_run(args) -> int:
         raise SystemExit(f"qdrift: {e}") from None
     with Store(path) as store:
         sink = _sink(args, sweep, store, path)
-        outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
+        try:
+            outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
+        except ValueError as e:  # e.g. the model's files changed since the store's cells ran
+            raise SystemExit(f"qdrift sweep: {e}") from None
     print(outcome.summary())
     print(f"store: {path}")
     _report_sink(sink)
@@ -211,27 +216,19 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    import argparse
-
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return int(text)
-
-
 def add_parser(sub) -> None:
     s = sub.add_parser("sweep", help="run a YAML grid of models x specs x tasks into a results store")
     ssub = s.add_subparsers(dest="sweep_command", metavar="ACTION", required=True)
     run = ssub.add_parser("run", help="run every cell not already done (failed cells are retried)")
     run.add_argument("file", help="sweep YAML file, or 'default' for the shipped organism sweep")
     run.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
-    run.add_argument("--threads", type=_positive, help="torch CPU threads (overrides the file's 'threads')")
+    run.add_argument("--threads", type=positive_int, help="torch CPU threads (overrides the file's 'threads')")
     run.add_argument("--executor", choices=("local", "ray"),
                      help="run cells one by one in this process (local, the default) or on Ray workers "
                           "(overrides the file's 'executor')")
     run.add_argument("--ray-address", metavar="ADDR",
                      help="join a running Ray cluster ('auto', 'ray://host:10001'); default: start a local one")
-    run.add_argument("--workers", type=_positive, metavar="N",
+    run.add_argument("--workers", type=positive_int, metavar="N",
                      help="Ray workers running cells at once (default: the file's 'workers', else one per CPU)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--report", action="store_true",
@@ -245,7 +242,7 @@ def add_parser(sub) -> None:
     cell.add_argument("--task", required=True, help="a task name (or #INDEX), or NAME@HORIZON")
     cell.add_argument("--horizon", type=int, help="the horizon, for agent tasks")
     cell.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
-    cell.add_argument("--threads", type=_positive, help="torch CPU threads (overrides the file's 'threads')")
+    cell.add_argument("--threads", type=positive_int, help="torch CPU threads (overrides the file's 'threads')")
     cell.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_wandb_flags(cell)
     cell.set_defaults(func=cmd_sweep_cell, under_agent=True)

@@ -20,7 +20,8 @@ def test_agents_runs_baseline_and_variant_and_keeps_every_row(tmp_path, capsys):
     (["--spec", "w99"], "bad --spec"),
     (["--horizons", "0"], "horizons must be >= 1"),
     (["--horizons", "4", "4"], r"horizons must be distinct, got \[4, 4\]"),
-    (["--model", "/no/such/dir"], "neither 'organism' nor a local model directory"),
+    (["--model", "/no/such/dir"], "bad --model '/no/such/dir': model '/no/such/dir' is not 'organism', 'smollm2'"),
+    (["--env", "/no/such/file.py@X"], "bad --env '/no/such/file.py@X'"),
     (["--env", "nosuch"], "bad --env 'nosuch': Unknown environment 'nosuch'.*Available: .*pointer_chase"),
     (["--env", "ledger:echo"], "bad --env 'ledger:echo': .*knobs are written name:key=INT"),
     (["--env", "ledger:bogus=1"], "bad --env 'ledger:bogus=1': unknown knob 'bogus' for ledger; valid knobs: amax"),
@@ -29,6 +30,20 @@ def test_agents_runs_baseline_and_variant_and_keeps_every_row(tmp_path, capsys):
 def test_agents_rejects_bad_input_by_name(argv, message):
     with pytest.raises(SystemExit, match=message):
         main(["agents", *argv])
+
+
+@pytest.mark.parametrize("flag, value", [("--seeds", "0"), ("--seeds", "-1"), ("--batch", "0"), ("--threads", "0")])
+def test_agents_numbers_below_one_are_usage_errors(flag, value, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["agents", flag, value])
+    assert info.value.code == 2 and f"{flag}: must be an integer >= 1, got '{value}'" in capsys.readouterr().err
+
+
+def test_one_seed_runs_and_says_which_statistics_it_cannot_compute(tmp_path, capsys):
+    # The episodes ran, then the cluster-robust statistics raised and the command ended in a traceback.
+    assert main(["agents", "--model", "tiny:llama", "--horizons", "1", "--seeds", "1", "--spec", "w8-a16-kv:16",
+                 "--out", str(tmp_path / "rows.jsonl")]) == 0
+    assert "not computed (only 1 cluster(s)" in capsys.readouterr().out
 
 
 def test_agents_rows_keep_the_environment_knobs(tmp_path):

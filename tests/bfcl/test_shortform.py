@@ -129,3 +129,12 @@ def test_cli_prints_rates_and_writes_rows(tmp_path, capsys):
     assert len(rows) == 2 and rows[0]["spec"] == "baseline" and rows[0]["model"] == "tiny:llama"
     with pytest.raises(SystemExit, match="not supported: it is scored on abstaining"):
         main(["bfcl", "--category", "irrelevance"])
+
+
+@pytest.mark.parametrize("flag", ["--limit", "--batch"])
+def test_bfcl_numbers_below_one_are_usage_errors(flag, capsys):
+    from qdrift.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["bfcl", flag, "0"])
+    assert info.value.code == 2 and f"{flag}: must be an integer >= 1" in capsys.readouterr().err

@@ -97,3 +97,11 @@ def test_an_unknown_model_argument_is_refused_not_ignored():
 
     with pytest.raises(ValueError, match="unknown model argument\\(s\\) spce for the qdrift model; qdrift's are pretrained, spec"):
         QdriftLM(pretrained="organism", spce="w2-a16-kv:16")
+
+
+def test_the_lmeval_command_says_a_bad_spec_without_a_traceback():
+    from qdrift.cli import main
+
+    with pytest.raises(SystemExit, match="qdrift lmeval: .*bogus"):
+        main(["lmeval", "--model", "qdrift", "--model_args", "pretrained=organism,spec=bogus", "--include_path",
+              "evals/organism", "--tasks", "organism_keys_mc", "--limit", "1"])

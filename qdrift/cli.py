@@ -8,25 +8,20 @@ import sys
 
 
 def _load(model_ref: str, dtype: str):
-    """A model by local path (never the hub at run time) or a built-in tiny one (`tiny:llama`)."""
-    import torch
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if model_ref == "organism":
-        from qdrift.organism import load_organism
-
-        return load_organism(dtype=torch_dtype)
-    if model_ref.startswith("tiny:"):
-        from qdrift.tiny import tiny_model
-
-        return tiny_model(model_ref.split(":", 1)[1], dtype=torch_dtype), None
+    """A model reference as every command takes it (qdrift.models.refs: organism, smollm2, tiny:ARCH or
+    a local folder; never the hub at run time). A local folder may come without a tokenizer."""
     from pathlib import Path
 
-    if not Path(model_ref).exists():
-        raise SystemExit(
-            f"qdrift: model '{model_ref}' is not a local directory. Give a path to a saved "
-            "transformers model, or a built-in tiny model such as tiny:llama (`qdrift tiny` lists them)"
-        )
+    import torch
+
+    from qdrift.models.refs import check_model_ref, load_model_ref
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    problem = check_model_ref(model_ref)
+    if problem:
+        raise SystemExit(f"qdrift: {problem}")
+    if not Path(model_ref).is_dir():
+        return load_model_ref(model_ref, dtype=torch_dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(model_ref, dtype=torch_dtype, local_files_only=True).eval()
@@ -102,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     q = sub.add_parser("quantize", help="quantize a model by path and spec; print what changed and how much")
-    q.add_argument("model", help="local model directory, or tiny:ARCH for a built-in random tiny model")
+    q.add_argument("model", help="organism, smollm2, tiny:ARCH (a built-in random tiny model) or a local model directory")
     q.add_argument("--spec", required=True, help="quantization spec, e.g. w4g128-a16-kv:fp8e4m3@unit")
     q.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     q.add_argument("--calibration", help="'random' token batches, or a text file (one sample per line)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 def add_parser(sub) -> None:
     p = sub.add_parser("real-parity", help="per-layer and end-to-end divergence of a spec's fake and real paths")
-    p.add_argument("model", help="local model directory, organism, or tiny:ARCH")
+    p.add_argument("model", help="organism, smollm2, tiny:ARCH or a local model directory")
     p.add_argument("--spec", required=True, help="weight-only spec with a storage format, e.g. w4g128-a16-kv:16")
     p.add_argument("--kernel", default="auto", choices=["auto", "dequant", "fused"],
                    help="real-path kernels: auto (fused on CUDA where one applies), dequant, fused")

@@ -211,7 +211,11 @@ def cmd_compare(args) -> int:
     if not path.is_file():
         raise SystemExit(f"qdrift: no results store at {path} (run `qdrift sweep run FILE --store {path}` first)")
     with Store(path) as store:
-        out = build_report(store, baseline=args.baseline, out=args.out or path.with_suffix(".md"))
+        configs = sorted({c["config"].get("config") for c in store.cells("done")} - {None})
+        if args.baseline is not None and configs and args.baseline not in configs:  # a typo: "no baseline" notes only
+            raise SystemExit(f"qdrift: no done cell has config {args.baseline!r} (--baseline); configs in "
+                             f"{path}: {', '.join(configs)}")
+        out = build_report(store, baseline=args.baseline or "baseline", out=args.out or path.with_suffix(".md"))
     print(f"report: {out}")
     return 0
 
@@ -257,6 +261,7 @@ def add_parser(sub) -> None:
     st.set_defaults(func=cmd_sweep_status)
     c = sub.add_parser("compare", help="markdown report (+ PNG plots) of every variant vs the baseline in a store")
     c.add_argument("--store", required=True, help="SQLite results store written by `qdrift sweep run`")
-    c.add_argument("--baseline", default="baseline", help="the config the variants are compared with")
+    c.add_argument("--baseline", default=None,
+                   help="the config the variants are compared with (default: baseline); one no cell has is refused")
     c.add_argument("--out", help="report path (default: the store path with .md); plots are saved beside it")
     c.set_defaults(func=cmd_compare)

@@ -109,7 +109,8 @@ def add_parser(sub) -> None:
     v = sub.add_parser("verify", help="verify endpoints' tool calling against a reference (K2 Vendor Verifier style)")
     vsub = v.add_subparsers(dest="verify_command", metavar="SUBCOMMAND", required=True)
     m = vsub.add_parser("make-requests", help="write a JSONL request file from agent environments' oracle paths")
-    m.add_argument("--env", nargs="+", required=True, help="environment names or path.py@Class")
+    m.add_argument("--env", nargs="+", required=True,
+                   help="environment names or path.py@Class, knobs after a colon: ledger:echo=1")
     m.add_argument("--horizons", nargs="+", type=int, required=True)
     m.add_argument("--seeds", type=int, default=10, help="number of held-out seeds per (env, horizon)")
     m.add_argument("--steps", choices=["sample", "all"], default="sample",

@@ -172,3 +172,10 @@ def test_the_report_does_not_depend_on_the_order_cells_were_committed(tmp_path):
         assert main(["compare", "--store", str(path), "--out", str(out)]) == 0
         reports.append(out.read_text().split("\n", 1)[1])  # past the title, which names the store
     assert reports[0] == reports[1]
+
+
+def test_a_baseline_no_cell_has_is_refused_naming_the_configs(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store)
+    with pytest.raises(SystemExit, match="no done cell has config 'basline'.*configs in .*: baseline"):
+        main(["compare", "--store", str(tmp_path / "r.sqlite"), "--baseline", "basline"])

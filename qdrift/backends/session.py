@@ -51,7 +51,7 @@ class BatchSession:
         deferred = defers_kv_quantization(model)
         if deferred and (batch > 1 or paged):
             raise ValueError(
-                f"the model's KV spec ({deferred}) waits for a token block or keeps a full-precision window, "
+                f"the model's spec {deferred} has a KV part that waits for a token block or keeps a full-precision window, "
                 "and counts those tokens over the cache's columns: "
                 + ("in a paged cache the settled tokens never reach the pages" if paged else
                    f"in a batch of {batch} the padding that aligns the rows would move each row's blocks and "

@@ -76,7 +76,7 @@ class NodeCapacity:
             f"model: {self.model}",
             f"weights: {self.plan}",
             f"weight bytes: {self.weight_bytes / GB:,.1f} GB ({self.weight_bytes / 2**30:,.1f} GiB); "
-            f"{self.weight_bytes_per_gpu / GB:,.1f} GB per GPU at TP{self.tp}",
+            f"{self.weight_bytes_per_gpu / GB:,.1f} GB ({self.weight_bytes_per_gpu / GIB:,.1f} GiB) per GPU at TP{self.tp}",
             f"KV cache ({self.kv_precision}): {self.kv_bytes_per_token_per_gpu:,.0f} bytes per token per GPU",
             f"per GPU: {self.gpu_mem_gib:g} GiB x {self.memory_utilization:g} - weights - "
             f"{self.activation_reserve_gib:g} GiB reserve = {self.cache_bytes_per_gpu / GIB:,.2f} GiB of cache",

@@ -154,3 +154,15 @@ def make_environment(ref: str, horizon: int, seed: int, *, split: str | None = N
     if split == "train" and getattr(cls, "eval_only", False):
         raise ValueError(f"{ref} has no training split (every instance is evaluation data); use split='eval' or None")
     return cls(horizon, seed, **knobs)
+
+
+def parse_env_entry(entry: str) -> tuple[str, dict[str, int]]:
+    """`ledger:echo=1,amax=50` -> ("ledger", {"echo": 1, "amax": 50}); a bare name has no knobs."""
+    name, _, rest = entry.partition(":")
+    knobs = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or not value.lstrip("-").isdigit():
+            raise ValueError(f"bad environment entry {entry!r}: knobs are written name:key=INT,key=INT")
+        knobs[key] = int(value)
+    return name, knobs

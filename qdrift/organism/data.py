@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from qdrift.envs.parsers import get_parser
-from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
+from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment, parse_env_entry  # noqa: F401 (re-exported)
 
 HERMES = get_parser("hermes")
 
@@ -68,18 +68,6 @@ def encode_episode(tokenizer, env) -> Sequence:
         add(turn, True)
         cursor = at + len(turn)
     return Sequence(env.name, env.horizon, env.seed, ids, targets)
-
-
-def parse_env_entry(entry: str) -> tuple[str, dict[str, int]]:
-    """`ledger:echo=1,amax=50` -> ("ledger", {"echo": 1, "amax": 50}); a bare name has no knobs."""
-    name, _, rest = entry.partition(":")
-    knobs = {}
-    for part in filter(None, rest.split(",")):
-        key, eq, value = part.partition("=")
-        if not eq or not value.lstrip("-").isdigit():
-            raise ValueError(f"bad environment entry {entry!r}: knobs are written name:key=INT,key=INT")
-        knobs[key] = int(value)
-    return name, knobs
 
 
 def training_episode(tokenizer, entry: str, horizon: int, seed: int) -> Sequence:

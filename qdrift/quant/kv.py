@@ -197,7 +197,7 @@ def defers_kv_quantization(model) -> str | None:
     state = getattr(model, "_qdrift_state", None)
     kv = getattr(state, "kv", None) or []
     if any(q.deferred for layer in kv for q in layer.parts()):
-        return str(state.spec.kv)
+        return str(state.spec)
     return None
 
 

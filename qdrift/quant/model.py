@@ -265,6 +265,9 @@ def restore(model: nn.Module) -> nn.Module:
     """Give the model back its full-precision weights and forward, without reloading from disk."""
     state = state_of(model)
     if state is None:
+        if getattr(model, "_qdrift_real_spec", None) is not None:  # qdrift.real.convert.SPEC_ATTR
+            raise ValueError("this model was quantized with path='real': its full-precision weights were replaced by "
+                             "stored codes, so it cannot be restored; reload the model (restore is for the fake path)")
         raise ValueError("model is not quantized by qdrift: nothing to restore")
     dropped = [f"{s.target.name}.{s.param}" for mq in state.modules for s in mq.slots if s.original is None]
     if dropped:

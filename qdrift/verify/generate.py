@@ -73,15 +73,19 @@ def episode_requests(env, steps: str = "sample", id_prefix: str | None = None) -
 
 def make_requests(envs: Iterable[str], horizons: Iterable[int], seeds: int | Iterable[int],
                   steps: str = "sample", **knobs) -> list[VerifyRequest]:
-    """Requests for every environment x horizon x seed; an int `seeds` means that many held-out seeds."""
-    from qdrift.envs.registry import make_environment
+    """Requests for every environment x horizon x seed; an int `seeds` means that many held-out seeds.
+
+    An environment may carry its knobs as `name:knob=INT,...` (`ledger:echo=1`), as the agents
+    command and the sweeps take them; `knobs` apply to every environment."""
+    from qdrift.envs.registry import make_environment, parse_env_entry
 
     seed_list = list(range(HELDOUT_SEED0, HELDOUT_SEED0 + seeds)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise ValueError("seeds must name at least one seed (or be a positive count)")
     out = []
-    for name in envs:
+    for entry in envs:
+        name, own = parse_env_entry(entry)
         for horizon in horizons:
             for seed in seed_list:
-                out += episode_requests(make_environment(name, horizon=horizon, seed=seed, **knobs), steps)
+                out += episode_requests(make_environment(name, horizon=horizon, seed=seed, **own, **knobs), steps)
     return out

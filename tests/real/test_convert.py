@@ -131,3 +131,9 @@ def test_quantizing_twice_is_an_error():
     model = quantize_real(tiny_model("llama"), "w8-a16-kv:16")
     with pytest.raises(ValueError, match="already quantized"):
         quantize_real(model, "w8-a16-kv:16")
+
+
+def test_restoring_a_real_quantized_model_says_it_cannot_and_why():
+    model = qdrift.quantize(tiny_model("llama"), "w8-a16-kv:16", path="real")
+    with pytest.raises(ValueError, match="quantized with path='real'.*reload the model"):
+        qdrift.restore(model)

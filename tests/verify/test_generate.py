@@ -45,3 +45,13 @@ def test_history_ids_use_the_functions_name_index_form(requests):
 def test_unknown_step_mode_is_an_error():
     with pytest.raises(ValueError, match="steps must be one of sample, all"):
         make_requests(["pointer_chase"], [1], seeds=1, steps="some")
+
+
+def test_an_environment_takes_its_knobs_as_the_agents_command_does():
+    from qdrift.envs.registry import make_environment
+    from qdrift.verify.generate import episode_requests, make_requests
+
+    echoed = make_requests(["ledger:echo=1"], [2], [1_000_000], steps="all")
+    direct = episode_requests(make_environment("ledger", horizon=2, seed=1_000_000, echo=1), "all")
+    assert [r.body for r in echoed] == [r.body for r in direct]
+    assert [r.body for r in echoed] != [r.body for r in make_requests(["ledger"], [2], [1_000_000], steps="all")]

@@ -17,4 +17,14 @@ def run_bfcl_task(model: Any, tokenizer: Any, task: Any) -> list[dict]:
     return run_bfcl(model, tokenizer, task.task, task.limit, **dict(task.options))
 
 
-register("bfcl", run_bfcl_task)
+def check_category(task: str) -> str | None:
+    from qdrift.bfcl.data import SINGLE_CALL, category_stem
+
+    try:
+        category_stem(task, SINGLE_CALL)
+    except (ValueError, NotImplementedError) as e:
+        return str(e)
+    return None
+
+
+register("bfcl", run_bfcl_task, check_category)

@@ -25,4 +25,18 @@ def run_lmeval_task(model: Any, tokenizer: Any, task: Any) -> list[dict]:
              "item": f"{r['task']}/{r['filter']}/{r['doc_id']}", "correct": r["correct"]} for r in rows]
 
 
-register("lmeval", run_lmeval_task)
+def check_task(name: str) -> str | None:
+    """A task name qdrift resolves (its evals/ tasks, gsm8k_local, mmlu_local_<subject>) or one in
+    lm-eval's own index (built once per process, a few seconds), else what is wrong."""
+    from qdrift.lmeval.tasks import _standard_manager, own_tasks
+    from qdrift.spec.model import did_you_mean
+
+    if name in own_tasks() or name == "gsm8k_local" or name.startswith("mmlu_local_"):
+        return None
+    index = _standard_manager().task_index
+    if name in index:
+        return None
+    return f"no lm-eval task {name!r} (qdrift's own: {', '.join(sorted(own_tasks()))}, or lm-eval's index).{did_you_mean(name, [*own_tasks(), *index])}"
+
+
+register("lmeval", run_lmeval_task, check_task)

@@ -519,4 +519,8 @@ def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask |
                                          f"{', '.join(repr(k) for k in options if not isinstance(k, str))}")
     if len(c.problems) > before:
         return None
+    problem = shortform.task_problem(runner, name)  # e.g. an unknown BFCL category or lm-eval task
+    if problem:
+        c.error(task.line_of("task"), f"{where}task: {problem}")
+        return None
     return ShortFormTask(runner, name, limit, tuple(sorted(options.items())))

@@ -26,6 +26,7 @@ ShortFormRunner = Callable[[Any, Any, Any], list[dict]]
 # name -> the module that registers it when imported
 PROVIDERS: dict[str, str] = {"lmeval": "qdrift.lmeval.sweep", "bfcl": "qdrift.bfcl.sweep"}
 _RUNNERS: dict[str, ShortFormRunner] = {}
+_CHECKS: dict[str, Callable[[str], str | None]] = {}
 REQUIRED_FIELDS = ("item", "correct")
 
 
@@ -33,15 +34,27 @@ class RunnerUnavailable(NotImplementedError):
     """A short-form runner the sweep names is not registered (its provider is missing)."""
 
 
-def register(name: str, runner: ShortFormRunner) -> None:
-    """Make `runner` available to sweep tasks as `runner: <name>`."""
+def register(name: str, runner: ShortFormRunner, check_task: Callable[[str], str | None] | None = None) -> None:
+    """Make `runner` available to sweep tasks as `runner: <name>`. `check_task(task)` (optional) says
+    what is wrong with a task name, or None: a sweep file is then checked before any cell runs."""
     if not callable(runner):
         raise TypeError(f"short-form runner {name!r} must be callable, got {type(runner).__name__}")
     _RUNNERS[name] = runner
+    if check_task is not None:
+        _CHECKS[name] = check_task
+    else:
+        _CHECKS.pop(name, None)
 
 
 def unregister(name: str) -> None:
     _RUNNERS.pop(name, None)
+    _CHECKS.pop(name, None)
+
+
+def task_problem(runner: str, task: str) -> str | None:
+    """What the runner's own check finds wrong with `task` (None: fine, or the runner checks nothing)."""
+    check = _CHECKS.get(runner)
+    return check(task) if check is not None else None
 
 
 def names() -> list[str]:

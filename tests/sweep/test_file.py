@@ -1,5 +1,7 @@
 """Sweep files: validated whole before any cell runs; every error names its line and the valid choices."""
 
+import re
+
 import pytest
 
 from qdrift.sweep import SweepError, default_sweep_path, load_sweep, parse_sweep, resolve_sweep_file
@@ -189,3 +191,15 @@ def test_an_environment_without_a_maximum_horizon_can_be_swept(tmp_path):
     sweep = parse_sweep(f"models: [tiny:llama]\nspecs: [baseline]\ntasks:\n  - env: {tmp_path}/bare.py@Bare\n"
                         "    horizons: [1, 500]\n    seeds: 2\n")
     assert sweep.tasks[0].horizons == (1, 500)
+
+
+@pytest.mark.parametrize("runner, task, message", [
+    ("bfcl", "simple_typo", "Unknown BFCL category 'simple_typo'"),
+    ("bfcl", "irrelevance", "BFCL category 'irrelevance' is not supported"),
+    ("lmeval", "organism_keys_mcq", "no lm-eval task 'organism_keys_mcq'.*Did you mean 'organism_keys_mc'"),
+])
+def test_a_short_form_task_its_runner_does_not_know_is_refused_before_any_cell_runs(runner, task, message):
+    pytest.importorskip("lm_eval")
+    text = f"models: [organism]\nspecs: [baseline]\ntasks:\n  - kind: short_form\n    runner: {runner}\n    task: {task}\n"
+    found = problems(text)
+    assert any(re.search(message, p) and "tasks[0].task" in p for p in found), found

@@ -49,6 +49,11 @@ def cmd_make_requests(args) -> int:
         reqs = make_requests(args.env, args.horizons, args.seeds, steps=args.steps)
     except ValueError as e:
         raise SystemExit(f"qdrift verify make-requests: {e}") from None
+    if args.temperature is not None:
+        if args.temperature < 0:
+            raise SystemExit(f"qdrift verify make-requests: --temperature must be >= 0, got {args.temperature}")
+        for r in reqs:
+            r.body["temperature"] = args.temperature
     path = write_requests(args.out, reqs)
     kinds: dict[str, int] = {}
     for r in reqs:
@@ -115,6 +120,9 @@ def add_parser(sub) -> None:
     m.add_argument("--seeds", type=int, default=10, help="number of held-out seeds per (env, horizon)")
     m.add_argument("--steps", choices=["sample", "all"], default="sample",
                    help="sample: first, middle, last, final-answer and after-final steps; all: every step")
+    m.add_argument("--temperature", type=float, default=None,
+                   help="write this temperature into every request (0: greedy); without it an OpenAI-compatible "
+                        "server samples at its default, 1.0, and the reference's noise floor is sampling noise")
     m.add_argument("--out", required=True, help="the JSONL file to write")
     m.set_defaults(func=cmd_make_requests)
     r = vsub.add_parser("run", help="replay a request file against a reference and endpoints; report")

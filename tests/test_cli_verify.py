@@ -75,3 +75,14 @@ def test_bad_key_options_and_extra_body_are_clear_errors(tmp_path):
         main([*base, "--api-key-env", "nope=VAR"])
     with pytest.raises(SystemExit, match="--extra-body must be a JSON object"):
         main([*base, "--extra-body", "[1]"])
+
+
+def test_make_requests_writes_a_temperature_when_asked(tmp_path):
+    from qdrift.verify.requests import read_requests
+
+    f = tmp_path / "r.jsonl"
+    main(["verify", "make-requests", "--env", "ledger:echo=1", "--horizons", "2", "--seeds", "2", "--temperature", "0",
+          "--out", str(f)])
+    assert {r.body["temperature"] for r in read_requests(f)} == {0.0}
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "2", "--out", str(f)])
+    assert not any("temperature" in r.body for r in read_requests(f))

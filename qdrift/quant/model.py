@@ -213,6 +213,11 @@ def quantize(
         raise ValueError(
             f"model is already quantized with '{spec_of(model)}'; call qdrift.restore(model) first"
         )
+    if original_device is not None:  # checked before any work, not at the move after quantizing
+        target = torch.device(original_device)
+        if target.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"original_device={original_device!r}, but torch sees no CUDA device "
+                             f"(torch {torch.__version__}); use 'cpu' or drop it")
     need = _needs_calibration(spec)
     if need and calibration is None:
         raise ValueError(f"spec '{spec}' has static scales for {', '.join(need)}: pass calibration=batches")

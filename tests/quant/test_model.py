@@ -228,3 +228,11 @@ def test_parking_originals_leaves_a_tied_heads_live_embedding_in_place():
     assert model.model.embed_tokens.weight.device.type == "cpu"
     with torch.no_grad():
         assert torch.isfinite(model(prompt()).logits).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+def test_parking_originals_on_a_missing_gpu_is_refused_before_quantizing():
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match="original_device='cuda', but torch sees no CUDA device"):
+        qdrift.quantize(model, "w8-a16-kv:16", original_device="cuda")
+    assert qdrift.spec_of(model) is None  # nothing was done

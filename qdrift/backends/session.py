@@ -21,6 +21,14 @@ from qdrift.quant.kv import defers_kv_quantization
 from qdrift.quant.model import forced_phase
 
 
+def batch_for(model, batch: int) -> int:
+    """How many conversations may share a session of `model`: `batch`, or 1 when its KV spec defers
+    quantization (token blocks, a full-precision window), which padding would shift (see
+    BatchSession). The runners that batch episodes, items or replays use it, so such specs run, one
+    conversation at a time, instead of being refused."""
+    return 1 if defers_kv_quantization(model) else batch
+
+
 @dataclass
 class RowOutput:
     token_ids: list[int]

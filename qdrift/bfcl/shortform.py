@@ -82,7 +82,10 @@ def run_bfcl(model: Any, tokenizer: Any, category: str = "simple", limit: int | 
     # that writes two calls where one is asked fails (stopping at the first `</tool_call>` hid that).
     prompt = prompt or tool_prompt_for(tokenizer)
     prompt = replace(prompt, parser=_NoStopParser(prompt.parser))
+    from qdrift.backends.session import batch_for
+
     rows = []
+    batch = batch_for(model, batch)
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]
         policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=max_new_tokens)

@@ -66,6 +66,11 @@ def run_trials(policy_factory: Callable[[], object], env_ref: str, horizon: int,
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     pairs = [(s, t) for s in seeds for t in range(n_trials)]
+    probe = getattr(policy_factory(), "model", None)  # a KV spec that defers quantization runs one at a time
+    if probe is not None:
+        from qdrift.backends.session import batch_for
+
+        batch_size = batch_for(probe, batch_size)
     episodes: list[EpisodeRecord] = []
     steps = []
     for lo in range(0, len(pairs), batch_size):

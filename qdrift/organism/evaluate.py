@@ -54,6 +54,9 @@ def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: i
     prompt = tool_prompt_for(tokenizer)
     env_name, knobs = parse_env_entry(env_name)
     episodes, steps = [], []
+    from qdrift.backends.session import batch_for
+
+    batch = batch_for(model, batch)
     for start in range(0, seeds, batch):
         envs = [make_environment(env_name, horizon=horizon, seed=TRAIN_SEEDS_BELOW + i, split="eval", **knobs)
                 for i in range(start, min(seeds, start + batch))]

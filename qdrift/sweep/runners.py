@@ -47,18 +47,17 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     `traces` caches the baseline's token traces per (model, task, horizon, seeds): the baseline cell
     itself (`baseline` None) fills it as it runs, and a variant cell records what is missing."""
     from qdrift.backends.hf import HFPolicy
+    from qdrift.backends.session import batch_for
     from qdrift.envs.drift import drift_rows, record_baseline
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.registry import make_environment
     from qdrift.envs.runner import run_episodes
-    from qdrift.quant.kv import defers_kv_quantization
 
     task: AgentTask = cell.task
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
     episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
-    if defers_kv_quantization(model):  # its blocks and window are counted per row only at batch 1
-        batch = 1
+    batch = batch_for(model, batch)  # 1 when the KV spec's blocks or window would shift with padding
     for start in range(0, len(seeds), batch):
         chunk = seeds[start:start + batch]
 

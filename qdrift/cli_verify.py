@@ -92,6 +92,9 @@ def cmd_run(args) -> int:
         eps = {n: make_endpoint(n, u, args.model, args) for n, u in args.endpoint}
     except ValueError as e:
         raise SystemExit(f"qdrift verify run: {e}") from None
+    problems = [p for e in (ref[1], *eps.values()) if hasattr(e, "preflight") for p in [e.preflight()] if p]
+    if problems:
+        raise SystemExit("qdrift verify run: " + "; ".join(problems))
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     try:
         run = verify_endpoints(reqs, ref, eps, args.out, repeats=args.reference_repeats, model=args.model,

@@ -168,6 +168,28 @@ class OpenAIEndpoint:
     def __exit__(self, *exc):
         self.close()
 
+    def preflight(self) -> str | None:
+        """One GET of `/models` before a run: what is wrong with the endpoint (unreachable, the key
+        refused, another model served), or None. A server without `/models` tells nothing and
+        passes. Without it a dead or misnamed endpoint costs every request's retries (about 100 s
+        for 60 requests) before the run can say anything."""
+        try:
+            response = self._client.get(f"{self.base_url}/models", headers=self._headers("preflight"),
+                                        timeout=min(self.timeout_s, 10.0))
+        except httpx.HTTPError as e:
+            return f"{self.name} at {self.base_url} is not reachable: {scrub(str(e) or type(e).__name__, self._key)}"
+        if response.status_code in (401, 403):
+            return f"{self.name} at {self.base_url} refused the request (HTTP {response.status_code}): check its API key"
+        if response.status_code != 200:
+            return None
+        try:
+            served = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            return None
+        if served and self.model not in served:
+            return f"{self.name} at {self.base_url} serves {', '.join(map(str, served))}, not {self.model!r} (--model)"
+        return None
+
     # ------------------------------------------------------------------------------------ sending
 
     def _headers(self, request_id: str) -> dict[str, str]:

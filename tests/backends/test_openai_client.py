@@ -235,3 +235,43 @@ def test_header_values_a_request_cannot_carry(fault_server, monkeypatch):
     with endpoint(fault_server) as ep:
         assert ep.complete(body(), "résumé\n1").ok  # sent percent-encoded
     assert fault_server.hits[-1][0] == "r%C3%A9sum%C3%A9%0A1"
+
+
+def test_preflight_says_what_is_wrong_before_any_request():
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with OpenAIEndpoint(f"http://127.0.0.1:{port}/v1", "m", name="ref", timeout_s=0.5) as ep:
+        assert "ref at http://127.0.0.1" in ep.preflight() and "is not reachable" in ep.preflight()
+
+    def answering(status, payload=None):
+        return lambda request: httpx.Response(status, json=payload if payload is not None else {})
+
+    cases = [(answering(200, {"data": [{"id": "other"}, {"id": "x"}]}), "serves other, x, not 'm' (--model)"),
+             (answering(401), "refused the request (HTTP 401): check its API key"),
+             (answering(404), None),  # a server without /models tells nothing
+             (answering(200, {"data": [{"id": "m"}]}), None)]
+    for handler, problem in cases:
+        with OpenAIEndpoint("http://h/v1", "m", name="ref") as ep:
+            ep._client = httpx.Client(transport=httpx.MockTransport(handler))
+            found = ep.preflight()
+            assert (found is None) if problem is None else (problem in found), found
+
+
+def test_verify_run_stops_at_a_dead_reference_without_sending_every_request(tmp_path):
+    import time
+
+    from qdrift.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    f = tmp_path / "r.jsonl"
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "4", "--out", str(f)])
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit, match="ref at http://127.0.0.1:.* is not reachable"):
+        main(["verify", "run", "--requests", str(f), "--reference", f"ref=http://127.0.0.1:{port}/v1",
+              "--endpoint", f"e=http://127.0.0.1:{port}/v1", "--model", "m", "--out", str(tmp_path / "v")])
+    assert time.monotonic() - t0 < 10

@@ -83,11 +83,10 @@ from transformers import DynamicCache
 from qdrift.backends.hf import HFPolicy
 from qdrift.backends.session import BatchSession
 from qdrift.envs.prompting import supports_native_tools, tool_prompt_for
-from qdrift.envs.registry import make_environment
+from qdrift.envs.registry import make_environment, parse_env_entry
 from qdrift.envs.runner import run_episodes
 from qdrift.models.smollm2 import load_smollm2
 from qdrift.organism import load_organism
-from qdrift.organism.data import parse_env_entry
 from qdrift.tiny import tiny_model, tiny_tokenizer
 
 

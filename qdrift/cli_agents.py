@@ -33,8 +33,7 @@ def load_model(ref: str):
 
 def check_env(entry: str, horizons: list[int]) -> None:
     """Build the environment once at each horizon before any model loads, or exit naming what is wrong."""
-    from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
-    from qdrift.organism.data import parse_env_entry
+    from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment, parse_env_entry
 
     try:
         name, knobs = parse_env_entry(entry)

@@ -16,7 +16,7 @@ def cmd_card(args) -> int:
     from qdrift.verify.requests import file_sha256
 
     try:  # "baseline", as serve, sweeps and the agents command take it: nothing quantized
-        spec = QuantSpec.parse("w16-a16-kv:16" if args.spec == "baseline" else args.spec)
+        spec = QuantSpec() if args.spec == "baseline" else QuantSpec.parse(args.spec)
     except ValueError as e:
         raise SystemExit(f"qdrift card: bad --spec: {e}") from None
     if args.store and not Path(args.store).is_file():  # opening it would create an empty store, and a card of nothing

@@ -171,8 +171,8 @@ class OpenAIEndpoint:
     def preflight(self) -> str | None:
         """One GET of `/models` before a run: what is wrong with the endpoint (unreachable, the key
         refused, another model served), or None. A server without `/models` tells nothing and
-        passes. Without it a dead or misnamed endpoint costs every request's retries (about 100 s
-        for 60 requests) before the run can say anything."""
+        passes. Without it a dead or misnamed endpoint costs every request's retries before the run
+        can say anything (a minute and more for a request file of ordinary size)."""
         try:
             response = self._client.get(f"{self.base_url}/models", headers=self._headers("preflight"),
                                         timeout=min(self.timeout_s, 10.0))

@@ -17,8 +17,7 @@ import torch
 from qdrift.backends.gqa_sdpa import applies_to, shared_kv_heads
 from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
-from qdrift.quant.kv import defers_kv_quantization
-from qdrift.quant.model import forced_phase
+from qdrift.quant.model import defers_kv_quantization, forced_phase
 
 
 def batch_for(model, batch: int) -> int:

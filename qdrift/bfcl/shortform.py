@@ -73,6 +73,7 @@ def run_bfcl(model: Any, tokenizer: Any, category: str = "simple", limit: int | 
              prompt: Any = None, max_new_tokens: int = 128, batch: int = 8) -> list[dict]:
     """One row per item of a BFCL single-call `category` (its first `limit` items, in file order)."""
     from qdrift.backends.hf import HFPolicy
+    from qdrift.backends.session import batch_for
     from qdrift.envs.prompting import tool_prompt_for
 
     items = load_category(category, limit)
@@ -82,10 +83,8 @@ def run_bfcl(model: Any, tokenizer: Any, category: str = "simple", limit: int | 
     # that writes two calls where one is asked fails (stopping at the first `</tool_call>` hid that).
     prompt = prompt or tool_prompt_for(tokenizer)
     prompt = replace(prompt, parser=_NoStopParser(prompt.parser))
-    from qdrift.backends.session import batch_for
-
     rows = []
-    batch = batch_for(model, batch)
+    batch = batch_for(model, batch)  # 1 for a KV spec whose blocks or window padding would shift
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]
         policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=max_new_tokens)

@@ -6,8 +6,10 @@ That is qdrift's convention, not every stack's: compressed-tensors (llm-compress
 vLLM serves them) and GPTQ use the full range [-2^(b-1), 2^(b-1) - 1] with scale absmax / (qmax + 1/2),
 whose int4 error on Gaussian weights in groups of 128 is about 11% lower (relative MSE 0.01226 against
 0.01375 here). So symmetric intN results are slightly pessimistic against such checkpoints; a
-checkpoint qdrift saves serves exactly qdrift's grid (its codes fit the full range). Asymmetric maps [min(lo, 0), max(hi, 0)] onto
-[0, 2^b - 1] with an integer zero point, so zero stays exactly representable (padding, ReLU).
+checkpoint qdrift saves serves exactly qdrift's grid (its codes fit the full range).
+
+Asymmetric maps [min(lo, 0), max(hi, 0)] onto [0, 2^b - 1] with an integer zero point, so zero stays
+exactly representable (padding, ReLU).
 Codes are int8 (symmetric) or uint8 (asymmetric) whatever b is; packing is left to storage.
 """
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from qdrift.envs.parsers import get_parser
-from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment, parse_env_entry  # noqa: F401 (re-exported)
+from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment, parse_env_entry
 
 HERMES = get_parser("hermes")
 

@@ -72,8 +72,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment
-from qdrift.organism.data import encode_episode, pad_right, parse_env_entry, training_episode
+from qdrift.envs.registry import TRAIN_SEEDS_BELOW, make_environment, parse_env_entry
+from qdrift.organism.data import encode_episode, pad_right, training_episode
 from qdrift.organism.dense_tasks import check_recall_keyspace, dense_batch
 from qdrift.organism.tokenizer import SPECIALS, build_tokenizer, value_pieces
 

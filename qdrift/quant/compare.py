@@ -20,13 +20,12 @@ class LogitComparison:
 
 def compare_logits(baseline: torch.Tensor, quantized: torch.Tensor) -> LogitComparison:
     """Compare two logit tensors [..., vocab] position by position."""
-    p = torch.log_softmax(baseline.double(), dim=-1)
-    q = torch.log_softmax(quantized.double(), dim=-1)
+    b, v = baseline.double(), quantized.double()
+    p, q = torch.log_softmax(b, dim=-1), torch.log_softmax(v, dim=-1)
     # A token both rule out (a -inf logit in each, e.g. a masked vocabulary entry) adds 0, not
     # 0 * (-inf - -inf) = nan; one only the quantized model rules out makes the KL inf, as it should.
     kl = torch.where(torch.isneginf(p), 0.0, p.exp() * (p - q)).sum(-1)
     agree = (baseline.argmax(-1) == quantized.argmax(-1)).float().mean()
-    b, v = baseline.double(), quantized.double()
     same = b == v  # equal entries, infinite ones included, differ by 0 (inf - inf would be nan)
     return LogitComparison(
         kl_mean=float(kl.mean()), kl_max=float(kl.max()), top1_agreement=float(agree),

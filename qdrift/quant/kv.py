@@ -191,16 +191,6 @@ def _clamp(layer, pending: tuple[int, int]) -> tuple[int, int]:
     return tuple(min(p, stored) for p in pending)
 
 
-def defers_kv_quantization(model) -> str | None:
-    """The KV part of a qdrift-quantized model's spec when it defers quantization (token blocks, a
-    full-precision window), else None."""
-    state = getattr(model, "_qdrift_state", None)
-    kv = getattr(state, "kv", None) or []
-    if any(q.deferred for layer in kv for q in layer.parts()):
-        return str(state.spec)
-    return None
-
-
 _CLASSES: dict[type, type] = {}
 
 

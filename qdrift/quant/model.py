@@ -92,6 +92,15 @@ def _num_attention_layers(model: nn.Module) -> int:
     raise ValueError(f"cannot tell the number of layers of {type(model).__name__} from its config")
 
 
+def defers_kv_quantization(model: nn.Module) -> str | None:
+    """The spec of a qdrift-quantized model whose KV part defers quantization (token blocks, a
+    full-precision window), else None."""
+    state = state_of(model)
+    if state is not None and any(q.deferred for layer in state.kv for q in layer.parts()):
+        return str(state.spec)
+    return None
+
+
 def _seq_len(args, kwargs) -> int | None:
     ids = kwargs.get("input_ids", args[0] if args else None)
     if ids is None:
@@ -270,7 +279,9 @@ def restore(model: nn.Module) -> nn.Module:
     """Give the model back its full-precision weights and forward, without reloading from disk."""
     state = state_of(model)
     if state is None:
-        if getattr(model, "_qdrift_real_spec", None) is not None:  # qdrift.real.convert.SPEC_ATTR
+        from qdrift.real.convert import real_spec_of  # qdrift.real builds on this module: imported here
+
+        if real_spec_of(model) is not None:
             raise ValueError("this model was quantized with path='real': its full-precision weights were replaced by "
                              "stored codes, so it cannot be restored; reload the model (restore is for the fake path)")
         raise ValueError("model is not quantized by qdrift: nothing to restore")

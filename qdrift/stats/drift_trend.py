@@ -125,7 +125,7 @@ def _flip_row(flip, groups, exog, cluster, alpha, notes) -> dict:
         return row
     slope, se = float(fit.params[1]), float(fit.bse[1])
     # t with G-1 degrees of freedom, as for the KL slope: a normal reference over-rejects with few clusters
-    df = int(groups.max()) + 1 - 1
+    df = int(groups.max())  # G - 1: codes run 0..G-1
     crit = t_dist.ppf(1 - alpha / 2, df)
     row.update(estimate=slope, se=se, ci_low=slope - crit * se, ci_high=slope + crit * se,
                p_growth=float(t_dist.sf(slope / se, df)) if se > 0 else None,

@@ -110,18 +110,25 @@ def mcnemar_p(n01, n10) -> tuple[np.ndarray, np.ndarray]:
     return np.where(n == 0, 1.0, exact), np.where(n == 0, 1.0, mid)
 
 
-def tost_p(diff, se, margin: float, df=np.inf) -> np.ndarray:
+def tost_p(diff, se, margin: float, df=np.inf, units: int | None = None) -> np.ndarray:
     """TOST p-value for |true diff| < margin: the larger of the two one-sided p-values.
 
     By hand (statsmodels' ttost_paired covers only the CLT case) so the cluster-robust SE can be used.
-    se == 0 gives p = 0 inside the margin and 1 outside.
+    SE 0 (every paired difference the same) leaves the t statistic undefined, and is no evidence by
+    itself: 100 agreeing items leave a difference of up to 3.6 points open at 95%. With no difference
+    at all, the p-value is then an exact bound: outcomes lie in [0, 1], so each paired difference is in
+    [-1, 1], and a true mean difference of at least `margin` needs a nonzero difference on at least that
+    share of units; seeing none in `units` independent units (items, or clusters: a cluster may differ
+    as one) has probability at most (1 - margin)^units. Without `units`, or with a constant nonzero
+    difference, there is nothing to test: p = 1.
     """
     diff, se = np.asarray(diff, float), np.asarray(se, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         p_low = stats.t.sf((diff + margin) / se, df)
         p_upp = stats.t.cdf((diff - margin) / se, df)
     p = np.maximum(p_low, p_upp)
-    return np.where(se > 0, p, np.where(np.abs(diff) < margin, 0.0, 1.0))
+    bound = (1 - min(margin, 1.0)) ** units if units else 1.0
+    return np.where(se > 0, p, np.where(diff == 0, bound, 1.0))
 
 
 # ---------------------------------------------------------------- input checks
@@ -207,7 +214,7 @@ def paired_comparison(
     resample clusters. `margin` adds TOST equivalence. McNemar runs when outcomes are 0/1; with float
     scores it is skipped with a note (`mcnemar=True` makes that a ValueError). `n_boot=0` skips the
     bootstrap. Degenerate data (all differences equal, SE 0) gives a zero-width CI and a note; TOST
-    then never rests on the zero SE (see `_tost_without_variation`). McNemar's rows need 0/1 outcomes;
+    then never rests on the zero SE (see `tost_p`). McNemar's rows need 0/1 outcomes;
     `mcnemar=False` leaves them out. Accuracies of 0/1 outcomes get Wilson intervals.
     """
     a, b = _outcomes(a, a_name), _outcomes(b, b_name)
@@ -288,9 +295,7 @@ def paired_comparison(
             notes.append("no discordant items: McNemar p = 1")
     elif mcnemar:
         raise ValueError("McNemar needs 0/1 outcomes; got float scores (use the CLT/bootstrap rows)")
-    elif mcnemar is False:
-        pass
-    else:
+    elif mcnemar is None:
         notes.append(
             "outcomes are not all 0/1: McNemar skipped (CLT, cluster and bootstrap rows still apply)"
         )
@@ -320,7 +325,7 @@ def paired_comparison(
         lo_t, hi_t = diff - t1 * tost_se, diff + t1 * tost_se
         if se == 0:
             units = df + 1 if codes is not None else n  # clusters, or items
-            p_t = _tost_without_variation(diff, margin, units)
+            p_t = float(tost_p(diff, 0.0, margin, df_t, units=units))
             notes.append(_no_variation_note(diff, margin, units, codes is not None))
             # the interval that matches p_t: the exact one-sided bound on the share of differing items
             bound = 1 - alpha ** (1 / units) if diff == 0 else None
@@ -357,19 +362,6 @@ def paired_comparison(
             "table": table,
         },
     )
-
-
-def _tost_without_variation(diff: float, margin: float, units: int) -> float:
-    """TOST's p-value when every paired difference is the same (SE 0), where the t statistic is undefined.
-
-    No difference at all: outcomes lie in [0, 1], so each paired difference is in [-1, 1] and a true
-    mean difference of at least `margin` needs a nonzero difference on at least that share of items.
-    Seeing none in `units` independent units (items, or clusters: a cluster may differ as one) then
-    has probability at most (1 - margin)^units, an exact bound that is the p-value. A zero SE alone is
-    no evidence (100 agreeing items leave a difference of up to 3.6 points open at 95%). Any other
-    constant difference gives nothing to test: p = 1. Written by hand: statsmodels' TOST divides by the SE.
-    """
-    return float((1 - min(margin, 1.0)) ** units) if diff == 0 else 1.0
 
 
 def _no_variation_note(diff: float, margin: float, units: int, clustered: bool) -> str:

@@ -311,3 +311,10 @@ def test_paired_from_rows_rejects_unpaired_and_duplicates():
         paired_from_rows(rows, "config", "bf16", "fp8", cols)
     with pytest.raises(ValueError, match="lack columns"):
         paired_from_rows(rows, "quant", "bf16", "int4", cols)
+
+
+def test_the_shared_tost_helper_never_calls_a_zero_se_equivalent_by_itself():
+    # the vectorised helper the simulations use carries the same rule as paired_comparison
+    assert tost_p(0.0, 0.0, 0.01) == 1.0  # no units: nothing to go on
+    assert tost_p(0.005, 0.0, 0.01, units=10_000) == 1.0  # a constant nonzero difference: nothing to test
+    assert tost_p(0.0, 0.0, 0.01, units=1000) == pytest.approx(0.99**1000)

@@ -119,7 +119,7 @@ def interaction_fit(variant, h, s, n, groups=None, alternative: str = "less", al
             # statsmodels' small-sample factor G/(G-1) (N-1)/(N-K), with N the episodes (n.sum()), not
             # the aggregated rows it sees, so a fit on cells equals one on episodes; and t with G - 1
             # degrees of freedom, as for any cluster-robust test with few clusters (a normal reference
-            # rejected a true null 13.5% of the time at 5% with 6 clusters).
+            # rejected a true null 8% of the time at 5% with 6 clusters in 400 simulated datasets, t 3%).
             g, n_obs = np.unique(np.asarray(groups)).size, float(n.sum())
             bse = bse * math.sqrt(g / (g - 1) * (n_obs - 1) / (n_obs - x.shape[1]))
             df = g - 1

@@ -59,7 +59,8 @@ def success_by_horizon(rows, config_col: str = "config", alpha: float = 0.05,
     Repeated trials of one instance (the `cluster` columns, by default env and seed) are correlated, so
     where a cell holds an instance more than once the interval is Wilson's at the effective sample size
     n / deff, deff the design effect (cluster-robust over binomial variance of the rate, at least 1;
-    Korn & Graubard 1998). Treated as independent, 8 instances x 10 trials covered 68% at a stated 95%.
+    Korn & Graubard 1998). Treated as independent, 8 instances x 10 trials (beta(2, 2) success rates)
+    covered 76% at a stated 95% in a simulation, 90% with the design effect.
     `cluster=None`, or one episode per instance, gives the plain Wilson interval.
     """
     df = episode_frame(rows, config_col, required=("horizon", "success"))

@@ -115,7 +115,7 @@ def tost_p(diff, se, margin: float, df=np.inf, units: int | None = None) -> np.n
 
     By hand (statsmodels' ttost_paired covers only the CLT case) so the cluster-robust SE can be used.
     SE 0 (every paired difference the same) leaves the t statistic undefined, and is no evidence by
-    itself: 100 agreeing items leave a difference of up to 3.6 points open at 95%. With no difference
+    itself: 100 agreeing items leave a difference of up to 3.0 points open (one-sided 95%). With no difference
     at all, the p-value is then an exact bound: outcomes lie in [0, 1], so each paired difference is in
     [-1, 1], and a true mean difference of at least `margin` needs a nonzero difference on at least that
     share of units; seeing none in `units` independent units (items, or clusters: a cluster may differ

@@ -115,7 +115,7 @@ def test_public_api_matches_episode_level_glm_with_cluster_errors(trials):
 
 def test_few_clusters_keep_the_size_of_the_test():
     # Geometric null with instance heterogeneity and only 6 instances: judged against the normal,
-    # the cluster-robust test rejected 13.5% of the time at 5%.
+    # the cluster-robust test rejected 8.3% of these 400 datasets at 5% (t(5): 2.8%).
     rng = np.random.default_rng(21)
     d, n_inst = 400, 6
     p_i = rng.beta(2, 60, size=(d, n_inst, 1, 1))

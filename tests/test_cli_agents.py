@@ -75,9 +75,8 @@ def test_agents_drift_replays_the_baseline_through_each_variant(tmp_path, capsys
     assert "Drift along the trajectory" in text
 
 
-def test_a_spec_that_defers_kv_quantization_runs_one_episode_at_a_time(tmp_path):
-    # batched, its token blocks and window would shift with padding, so the session refuses it; the
-    # runners that batch (episodes, drift replays) take it one conversation at a time instead
+def test_a_spec_that_defers_kv_quantization_runs_batched_episodes_and_drift_replays(tmp_path):
+    # its token blocks and window count each row's own tokens, padding excluded
     assert main(["agents", "--model", "tiny:llama", "--horizons", "1", "2", "--seeds", "2", "--drift",
                  "--spec", "w16-a16-kv:4@dyn-win4", "--out", str(tmp_path / "rows.jsonl")]) == 0
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 8

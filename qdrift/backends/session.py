@@ -17,15 +17,8 @@ import torch
 from qdrift.backends.gqa_sdpa import applies_to, shared_kv_heads
 from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
+from qdrift.quant.kv import written_columns
 from qdrift.quant.model import defers_kv_quantization, forced_phase
-
-
-def batch_for(model, batch: int) -> int:
-    """How many conversations may share a session of `model`: `batch`, or 1 when its KV spec defers
-    quantization (token blocks, a full-precision window), which padding would shift (see
-    BatchSession). The runners that batch episodes, items or replays use it, so such specs run, one
-    conversation at a time, instead of being refused."""
-    return 1 if defers_kv_quantization(model) else batch
 
 
 @dataclass
@@ -55,15 +48,15 @@ class BatchSession:
         self.batch = batch
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
-        deferred = defers_kv_quantization(model)
-        if deferred and (batch > 1 or paged):
+        # A KV spec with token blocks or a full-precision window counts each row's real tokens, told
+        # which columns are padding at every feed (quant.kv.written_columns). A paged cache stores
+        # tokens as they are written, so the tokens such a spec settles later would never reach it.
+        self.defers_kv = defers_kv_quantization(model)
+        if self.defers_kv and paged:
             raise ValueError(
-                f"the model's spec {deferred} has a KV part that waits for a token block or keeps a full-precision window, "
-                "and counts those tokens over the cache's columns: "
-                + ("in a paged cache the settled tokens never reach the pages" if paged else
-                   f"in a batch of {batch} the padding that aligns the rows would move each row's blocks and "
-                   "window with its neighbours' lengths, so a row's numerics would depend on its batch")
-                + "; run it with batch 1 and a dynamic cache")
+                f"the model's spec {self.defers_kv} has a KV part that waits for a token block or keeps a full-precision "
+                "window; in a paged cache the tokens it quantizes later never reach the pages: use the dynamic cache "
+                "(paged=False)")
         if paged:
             layers = model.config.get_text_config().num_hidden_layers
             self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)
@@ -142,7 +135,8 @@ class BatchSession:
             at = torch.searchsorted(keep, last)
         else:
             at = last
-        with shared_kv_heads(self.model, self.share_kv_heads), forced_phase(self.model, phase):
+        with shared_kv_heads(self.model, self.share_kv_heads), forced_phase(self.model, phase), \
+                written_columns(self.cache, _real_flags(lengths, width) if self.defers_kv else None):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
                              **kwargs)
         self.mask = mask
@@ -212,3 +206,9 @@ class BatchSession:
             if r in self.aborted:
                 outs[r].stop_reason, outs[r].error = "kv_integrity", self.aborted[r]
         return outs
+
+
+def _real_flags(lengths: list[int], width: int) -> torch.Tensor:
+    """[B, width] bool on the CPU: which of a feed's columns hold each row's real tokens (built from the
+    lengths, so a GPU session waits on nothing to tell the KV cache)."""
+    return torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]

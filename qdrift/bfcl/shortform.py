@@ -73,7 +73,6 @@ def run_bfcl(model: Any, tokenizer: Any, category: str = "simple", limit: int | 
              prompt: Any = None, max_new_tokens: int = 128, batch: int = 8) -> list[dict]:
     """One row per item of a BFCL single-call `category` (its first `limit` items, in file order)."""
     from qdrift.backends.hf import HFPolicy
-    from qdrift.backends.session import batch_for
     from qdrift.envs.prompting import tool_prompt_for
 
     items = load_category(category, limit)
@@ -84,7 +83,6 @@ def run_bfcl(model: Any, tokenizer: Any, category: str = "simple", limit: int | 
     prompt = prompt or tool_prompt_for(tokenizer)
     prompt = replace(prompt, parser=_NoStopParser(prompt.parser))
     rows = []
-    batch = batch_for(model, batch)  # 1 for a KV spec whose blocks or window padding would shift
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]
         policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=max_new_tokens)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from qdrift.backends.session import BatchSession, batch_for
+from qdrift.backends.session import BatchSession
 
 # One episode's trace: per turn, (tokens fed before generating, generated token ids).
 Trace = list[tuple[list[int], list[int]]]
@@ -98,7 +98,6 @@ def teacher_forced_drift(baseline_model, variant_model, trajectory_chunks: list[
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer (or None: all traces in one batch), got {batch_size!r}")
     size = batch_size or max(len(traces), 1)
-    size = min(batch_for(baseline_model, size), batch_for(variant_model, size))
     rows: list[TokenDrift] = []
     for lo in range(0, len(traces), size):
         rows.extend(_replay(baseline_model, variant_model, traces[lo:lo + size], ids[lo:lo + size]))

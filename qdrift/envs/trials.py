@@ -66,17 +66,11 @@ def run_trials(policy_factory: Callable[[], object], env_ref: str, horizon: int,
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     pairs = [(s, t) for s in seeds for t in range(n_trials)]
-    policy = policy_factory()  # the first batch's; its model says the batch size
-    if getattr(policy, "model", None) is not None:  # a KV spec that defers quantization runs one at a time
-        from qdrift.backends.session import batch_for
-
-        batch_size = batch_for(policy.model, batch_size)
     episodes: list[EpisodeRecord] = []
     steps = []
     for lo in range(0, len(pairs), batch_size):
         batch = pairs[lo:lo + batch_size]
-        if lo:
-            policy = policy_factory()
+        policy = policy_factory()
         if not _accepts_policy_seeds(policy):
             raise TypeError(f"{type(policy).__name__}.start() takes no `policy_seeds`, which run_trials needs to "
                             "give each trial its own sampling seed")

@@ -47,7 +47,6 @@ def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: i
     `qdrift.envs.drift.teacher_forced_drift`).
     """
     from qdrift.backends.hf import HFPolicy
-    from qdrift.backends.session import batch_for
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.registry import parse_env_entry
     from qdrift.envs.runner import run_episodes
@@ -55,7 +54,6 @@ def evaluate(model, tokenizer, env_name: str, horizon: int, seeds: int, batch: i
     prompt = tool_prompt_for(tokenizer)
     env_name, knobs = parse_env_entry(env_name)
     episodes, steps = [], []
-    batch = batch_for(model, batch)  # 1 for a KV spec whose blocks or window padding would shift
     for start in range(0, seeds, batch):
         envs = [make_environment(env_name, horizon=horizon, seed=TRAIN_SEEDS_BELOW + i, split="eval", **knobs)
                 for i in range(start, min(seeds, start + batch))]

@@ -9,11 +9,16 @@ full precision unless the spec says so (`-win<N>`), so the precision served is t
 A cache layer is converted in place (its class is swapped for a subclass that quantizes on
 write), so this works with `model.generate()`, with caches users build themselves, and with the
 cache a model creates inside a manual forward loop.
+
+Windows and token blocks are counted in each row's real tokens. A caller that pads rows (a batched
+session feeding conversations of different lengths) says which written columns are real with
+`written_columns`; without it every column counts, as in `generate()`'s unpadded batches.
 """
 
 from __future__ import annotations
 
 from abc import ABC
+from contextlib import contextmanager
 
 import torch
 from transformers.cache_utils import (
@@ -132,19 +137,36 @@ class KVTensorQuantizer:
             check_divides(self.scheme, x.shape[-1], f"{self.name} (head_dim)")
         return self.qdq(x)
 
-    def settle(self, states: torch.Tensor, pending: int) -> int:
-        """Quantize, in place, the pending tokens that have left the window; return how many still wait."""
-        if self.observing or not self.deferred:
-            return 0
+    def ready(self, pending: int) -> int:
+        """How many of `pending` waiting tokens may be quantized now: those past the window, in whole blocks."""
         ready = pending - self.window
         if self.token_block is not None:
             ready = (ready // self.token_block) * self.token_block
-        if ready <= 0:
+        return max(ready, 0)
+
+    def settle(self, states: torch.Tensor, pending: list[int], real: torch.Tensor) -> list[int]:
+        """Quantize, in place, each row's pending tokens that have left the window; return how many still
+        wait per row. `real` [B, columns of `states`] marks the columns holding each row's real tokens
+        (a row's pending tokens are its newest real ones)."""
+        if self.observing or not self.deferred:
+            return [0] * len(pending)
+        ready = [self.ready(p) for p in pending]
+        if not any(ready):
             return pending
-        end = states.shape[-2]
-        start = end - pending
-        states[..., start : start + ready, :] = self.qdq(states[..., start : start + ready, :])
-        return pending - ready
+        first = pending[0]
+        if all(p == first for p in pending) and bool(real[:, real.shape[1] - first :].all()):
+            # Every row's pending tokens are the same trailing columns: one slice for all rows.
+            end = states.shape[-2]
+            start = end - first
+            states[..., start : start + ready[0], :] = self.qdq(states[..., start : start + ready[0], :])
+        else:  # padding interleaves the rows' tokens: each row's own columns
+            for r, k in enumerate(ready):
+                if k:
+                    cols = real[r].nonzero().squeeze(1)
+                    take = cols[len(cols) - pending[r] : len(cols) - pending[r] + k].to(states.device)
+                    row = states[r : r + 1]  # a view: writing into it writes the cache
+                    row[:, :, take] = self.qdq(row[:, :, take])
+        return [p - k for p, k in zip(pending, ready, strict=True)]
 
 
 class LayerKVQuantizer:
@@ -159,6 +181,10 @@ class LayerKVQuantizer:
     def parts(self) -> list[KVTensorQuantizer]:
         return [q for q in (self.keys, self.values) if q is not None]
 
+    @property
+    def deferred(self) -> bool:
+        return any(q.deferred for q in self.parts())
+
 
 class QuantizedKVLayerMixin(ABC):  # noqa: B024 (a marker: classes join it by register())
     """Marker of the cache layers qdrift converted (`isinstance(layer, QuantizedKVLayerMixin)`)."""
@@ -167,28 +193,86 @@ class QuantizedKVLayerMixin(ABC):  # noqa: B024 (a marker: classes join it by re
 def _update(self, base, key_states, value_states, *args, **kwargs):
     """Quantize states as they are written, then let the base layer store them."""
     q = self._qdrift
-    n = key_states.shape[-2]
     if q.keys is not None:
         key_states = q.keys.on_write(key_states)
     if q.values is not None:
         value_states = q.values.on_write(value_states)
     keys, values = base.update(self, key_states, value_states, *args, **kwargs)
-    pk, pv = self._qdrift_pending
+    if not q.deferred:
+        return keys, values
+    batch, n = key_states.shape[0], key_states.shape[-2]
+    new = _record_columns(self, batch, n)
+    real = _real_columns(self, keys.shape[-2])  # the returned states' columns
+    pk, pv = (p or [0] * batch for p in self._qdrift_pending)
     if q.keys is not None:
-        pk = q.keys.settle(keys, pk + n)
+        pk = q.keys.settle(keys, [p + a for p, a in zip(pk, new, strict=True)], real)
     if q.values is not None:
-        pv = q.values.settle(values, pv + n)
+        pv = q.values.settle(values, [p + a for p, a in zip(pv, new, strict=True)], real)
     self._qdrift_pending = _clamp(self, (pk, pv))
     return keys, values
+
+
+def _record_columns(layer, batch: int, n: int) -> list[int]:
+    """Append the written columns' real-token flags to the layer's record; return each row's real count.
+
+    The flags come from `written_columns` (a padded batch) or are all true. The record is kept only
+    once a column is padding (until then `_qdrift_real` is None and every one of `_qdrift_columns`
+    is real, so an unpadded generate() copies nothing per step), and on the CPU, where counting costs
+    no device synchronisation per forward.
+    """
+    flags = getattr(layer, "_qdrift_written", None)
+    if flags is not None and tuple(flags.shape) != (batch, n):
+        raise ValueError(f"written_columns declared {tuple(flags.shape)} columns, but the forward wrote {(batch, n)}")
+    rows = layer._qdrift_rows
+    if rows is not None and rows != batch:
+        raise ValueError(f"this cache holds {rows} rows, but the forward wrote {batch}; start a new cache")
+    layer._qdrift_rows = batch
+    if layer._qdrift_real is None and (flags is None or bool(flags.all())):
+        layer._qdrift_columns += n
+        return [n] * batch
+    if flags is None:
+        flags = torch.ones(batch, n, dtype=torch.bool)
+    layer._qdrift_real = torch.cat([_real_columns(layer, layer._qdrift_columns), flags], dim=1)
+    layer._qdrift_columns += n
+    return flags.sum(dim=1).tolist()
+
+
+def _real_columns(layer, width: int) -> torch.Tensor:
+    """The last `width` columns of the layer's record [rows, width]: which hold each row's real tokens."""
+    if layer._qdrift_real is None:
+        return torch.ones(layer._qdrift_rows or 0, width, dtype=torch.bool)
+    return layer._qdrift_real[:, layer._qdrift_real.shape[1] - width :]
+
+
+@contextmanager
+def written_columns(cache: Cache, real: torch.Tensor | None):
+    """Declare, for the forwards inside, which columns each row writes hold real tokens ([B, n] bool).
+
+    A padded batch needs it when the KV spec has a window or token blocks: those count each row's own
+    tokens, and padding columns are none of them. Other specs ignore it; None declares nothing.
+    """
+    if real is None:
+        yield
+        return
+    layers = getattr(getattr(cache, "self_attention_cache", None) or cache, "layers", [])
+    real = real.to("cpu", torch.bool)
+    for layer in layers:
+        layer._qdrift_written = real
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._qdrift_written = None
 
 
 def _stored(layer) -> int:
     return layer.keys.shape[-2] if layer.keys is not None and layer.keys.dim() == 4 else 0
 
 
-def _clamp(layer, pending: tuple[int, int]) -> tuple[int, int]:
-    stored = _stored(layer)
-    return tuple(min(p, stored) for p in pending)
+def _clamp(layer, pending: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    """At most each row's real tokens still stored (a sliding layer lets old ones go)."""
+    held = _real_columns(layer, _stored(layer)).sum(dim=1).tolist()
+    return tuple([min(p, h) for p, h in zip(ps, held, strict=True)] for ps in pending)
 
 
 _CLASSES: dict[type, type] = {}
@@ -202,24 +286,65 @@ def quantized_layer_class(base: type) -> type:
             return _update(self, base, key_states, value_states, *args, **kwargs)
 
         def crop(self, tokens_to_remove: int) -> None:
-            # The pending (not yet quantized) tokens are the newest, so cropping removes them first:
-            # what is left pending is what was pending less what went. Clamping to the stored length
-            # instead counted already-quantized tokens as pending, and the next write quantized them again.
-            before = _stored(self)
+            # The pending (not yet quantized) tokens are each row's newest, so cropping removes them first:
+            # what is left pending is what was pending less the row's real tokens that went. Clamping to
+            # the stored length instead counted already-quantized tokens as pending, and the next write
+            # quantized them again.
+            before = self.get_seq_length()
             base.crop(self, tokens_to_remove)
-            removed = before - _stored(self)
-            self._qdrift_pending = tuple(max(0, p - removed) for p in self._qdrift_pending)
+            removed = min(before - self.get_seq_length(), self._qdrift_columns)
+            if removed and self._qdrift_rows:
+                gone = _real_columns(self, removed).sum(dim=1).tolist()
+                self._qdrift_columns -= removed
+                if self._qdrift_real is not None:
+                    self._qdrift_real = self._qdrift_real[:, : self._qdrift_columns]
+                self._qdrift_pending = tuple([max(0, p - g) for p, g in zip(ps, gone, strict=True)] if ps else ps
+                                             for ps in self._qdrift_pending)
 
         def reset(self) -> None:
             base.reset(self)
-            self._qdrift_pending = (0, 0)
+            _forget(self)
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            base.reorder_cache(self, beam_idx)
+            _select_rows(self, beam_idx.cpu())
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            base.batch_select_indices(self, indices)
+            _select_rows(self, torch.as_tensor(indices).cpu())
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            base.batch_repeat_interleave(self, repeats)
+            _select_rows(self, torch.arange(self._qdrift_rows or 0).repeat_interleave(repeats))
 
         # `_layer_type=None` keeps transformers from registering the subclass as a layer type.
-        ns = {"_layer_type": None, "update": update, "crop": crop, "reset": reset, "__module__": __name__}
+        ns = {"_layer_type": None, "update": update, "crop": crop, "reset": reset, "reorder_cache": reorder_cache,
+              "batch_select_indices": batch_select_indices, "batch_repeat_interleave": batch_repeat_interleave,
+              "__module__": __name__}
         cls = type(f"QDrift{base.__name__}", (base,), ns)
         QuantizedKVLayerMixin.register(cls)
         _CLASSES[base] = cls
     return _CLASSES[base]
+
+
+def _forget(layer) -> None:
+    """No tokens pending and no columns recorded: a fresh layer's state."""
+    layer._qdrift_pending = ([], [])  # per row, filled on the first write
+    layer._qdrift_rows = None  # rows of the states written so far
+    layer._qdrift_columns = 0  # columns written so far (a sliding layer stores only the last ones)
+    layer._qdrift_real = None  # [rows, columns] bool, which hold each row's real tokens; None: all do
+    # `_qdrift_written`, the flags `written_columns` declares for the current forward, is left alone:
+    # it may be set before the forward that converts the layer.
+
+
+def _select_rows(layer, rows: torch.Tensor) -> None:
+    """Keep the per-row record and pending counts in step with a batch operation on the states."""
+    if layer._qdrift_rows is None:
+        return
+    if layer._qdrift_real is not None:
+        layer._qdrift_real = layer._qdrift_real.index_select(0, rows)
+    layer._qdrift_rows = len(rows)
+    layer._qdrift_pending = tuple([ps[i] for i in rows.tolist()] if ps else ps for ps in layer._qdrift_pending)
 
 
 def convert_cache(cache: Cache, quantizers: list[LayerKVQuantizer]) -> None:
@@ -247,12 +372,11 @@ def convert_cache(cache: Cache, quantizers: list[LayerKVQuantizer]) -> None:
                 f"cache layer {idx} already holds {layer.get_seq_length()} tokens written without KV "
                 "quantization; pass a fresh cache (or none) to the quantized model"
             )
-        deferred = any(q.deferred for q in quantizers[idx].parts())
-        if deferred and not isinstance(layer, DEFERRABLE):
+        if quantizers[idx].deferred and not isinstance(layer, DEFERRABLE):
             raise TypeError(
                 f"a full-precision window or per-channel dynamic key blocks need a dynamic cache; "
                 f"layer {idx} is {type(layer).__name__}"
             )
         layer.__class__ = quantized_layer_class(type(layer))
         layer._qdrift = quantizers[idx]
-        layer._qdrift_pending = (0, 0)
+        _forget(layer)

@@ -1,8 +1,7 @@
 """Run one cell in this process: the model quantized by the cell's spec, then its task.
 
 Agent cells run the ordinary episode runner (`run_episodes` with `HFPolicy`: greedy, the KV cache
-reused across steps, `batch` episodes in lockstep; one at a time when the spec defers KV
-quantization, whose token blocks and window padding would shift) on the cell's held-out seeds; short-form cells
+reused across steps, `batch` episodes in lockstep) on the cell's held-out seeds; short-form cells
 call the runner registered under the task's name (`qdrift.sweep.shortform`). A variant's agent
 cell with `drift: true` also runs the baseline on the same seeds, recording its tokens, and replays
 those episodes through the variant teacher-forced (`qdrift.envs.drift`): "drift" rows, one per
@@ -47,7 +46,6 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     `traces` caches the baseline's token traces per (model, task, horizon, seeds): the baseline cell
     itself (`baseline` None) fills it as it runs, and a variant cell records what is missing."""
     from qdrift.backends.hf import HFPolicy
-    from qdrift.backends.session import batch_for
     from qdrift.envs.drift import drift_rows, record_baseline
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.envs.registry import make_environment
@@ -57,7 +55,6 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
     episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
-    batch = batch_for(model, batch)  # 1 when the KV spec's blocks or window would shift with padding
     for start in range(0, len(seeds), batch):
         chunk = seeds[start:start + batch]
 

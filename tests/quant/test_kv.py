@@ -155,7 +155,63 @@ def test_cropping_the_cache_never_requantizes_stored_tokens(spec):
     layer.update(torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8))  # c4: tokens 0-3 stored, 4-5 pending
     pending = layer._qdrift_pending
     layer.crop(-3)
-    assert layer._qdrift_pending == tuple(max(0, p - 3) for p in pending)
+    assert layer._qdrift_pending == tuple([max(0, p - 3) for p in ps] for ps in pending)
     kept = layer.keys[..., :3, :].clone(), layer.values[..., :3, :].clone()
     layer.update(torch.randn(1, 1, 2, 8), torch.randn(1, 1, 2, 8))
     assert torch.equal(layer.keys[..., :3, :], kept[0]) and torch.equal(layer.values[..., :3, :], kept[1])
+
+
+def _deferred_layer(spec: str):
+    from qdrift.quant.kv import LayerKVQuantizer, convert_cache
+    from qdrift.spec import QuantSpec
+
+    cache = DynamicCache()
+    convert_cache(cache, [LayerKVQuantizer(QuantSpec.parse(spec).kv, 0)])
+    return cache
+
+
+@pytest.mark.parametrize("spec", ["w16-a16-k:2c4z@dyn-v:16", "w16-a16-kv:4@dyn-win3", "w16-a16-kv:fp8e4m3@unit-win2"])
+def test_padded_rows_settle_their_own_tokens_as_they_would_alone(spec):
+    # Two rows written together, padding between each row's tokens, against each row written alone:
+    # the same tokens quantized, bit for bit, and the same ones still waiting.
+    from qdrift.quant.kv import written_columns
+
+    torch.manual_seed(0)
+    lengths = [(5, 2), (1, 3), (0, 4), (3, 1), (2, 0), (1, 1)]  # per write, each row's real tokens
+    rows = [[torch.randn(1, 2, n, 8) for n, _ in lengths], [torch.randn(1, 2, n, 8) for _, n in lengths]]
+    batched = _deferred_layer(spec)
+    alone = [_deferred_layer(spec), _deferred_layer(spec)]
+    for i, (a, b) in enumerate(lengths):
+        width = max(a, b)
+        x = torch.zeros(2, 2, width, 8)
+        x[0, :, :a], x[1, :, :b] = rows[0][i][0], rows[1][i][0]
+        real = torch.arange(width)[None, :] < torch.tensor([a, b])[:, None]
+        with written_columns(batched, real):
+            batched.layers[0].update(x, x.clone())
+        for r, n in enumerate((a, b)):
+            if n:
+                alone[r].layers[0].update(rows[r][i], rows[r][i].clone())
+    layer = batched.layers[0]
+    for r in range(2):
+        cols = layer._qdrift_real[r].nonzero().squeeze(1)
+        assert torch.equal(layer.keys[r][:, cols], alone[r].layers[0].keys[0])
+        assert torch.equal(layer.values[r][:, cols], alone[r].layers[0].values[0])
+        assert [p[r] for p in layer._qdrift_pending] == [p[0] for p in alone[r].layers[0]._qdrift_pending]
+    totals = [sum(n for n, _ in lengths), sum(n for _, n in lengths)]
+    assert all(layer._qdrift_pending[0][r] < totals[r] for r in range(2))  # some tokens did settle
+
+
+def test_cropping_and_reordering_a_padded_batch_keep_each_rows_pending_tokens():
+    from qdrift.quant.kv import written_columns
+
+    cache = _deferred_layer("w16-a16-kv:fp8e4m3@unit-win4")
+    layer = cache.layers[0]
+    real = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    with written_columns(cache, real):
+        layer.update(torch.randn(2, 1, 5, 8), torch.randn(2, 1, 5, 8))
+    assert layer._qdrift_pending == ([3, 4], [3, 4])  # row 1's first token left the window of 4
+    layer.crop(-2)  # the last two columns: padding for row 0, two real tokens of row 1
+    assert layer._qdrift_pending == ([3, 2], [3, 2])
+    layer.reorder_cache(torch.tensor([1, 0]))
+    assert layer._qdrift_pending == ([2, 3], [2, 3])
+    assert layer._qdrift_real.tolist() == [[True, True, True], [True, True, True]]

@@ -84,12 +84,13 @@ def test_models_load_in_the_sweeps_dtype_and_a_missing_cuda_device_is_a_clear_er
             ModelCache(device="cuda").base("tiny:llama")
 
 
-def test_a_cell_whose_spec_defers_kv_quantization_runs_one_episode_at_a_time():
-    # Token blocks and the full-precision window are counted per row only without padding: such cells
-    # run at batch 1 (the session refuses them batched) and give each seed what it gives alone.
+def test_a_cell_whose_spec_defers_kv_quantization_runs_batched_and_gives_each_seed_what_it_gives_alone():
+    # Token blocks and the full-precision window count each row's real tokens, so batching (padding)
+    # changes no row's result.
     from qdrift.sweep.runners import CellRunner
 
-    text = BASE.replace("specs: [baseline]", "specs: [w16-a16-kv:4@dyn-win4]").replace("seeds: 1", "seeds: 2")
+    text = BASE.replace("specs: [baseline]", "specs: [w16-a16-kv:4@dyn-win4]").replace("seeds: 1", "seeds: 3")
     cell = expand(parse_sweep(text + "    max_new_tokens: 4\n"))[0]
-    rows = CellRunner(batch=2)(cell)
-    assert len(rows["episode"]) == 2
+    batched, alone = CellRunner(batch=3)(cell), CellRunner(batch=1)(cell)
+    assert len(batched["episode"]) == 3
+    assert batched["step"] and [s["raw"] for s in batched["step"]] == [s["raw"] for s in alone["step"]]

@@ -54,12 +54,6 @@ def _available(device: str | None) -> torch.device:
     return torch.device(device)
 
 
-def _blocks_from_position_zero(spec: QuantSpec) -> bool:
-    """Whether the spec's KV cache has dynamic per-channel scales over token blocks (`k:4c16@dyn`)."""
-    return any(t is not None and t.granularity == "channel" and t.source == "dynamic"
-               for t in (spec.kv.keys, spec.kv.values))
-
-
 QDRIFT_OPTIONS = ("pretrained", "spec", "tokenizer", "dtype", "calibration", "batch_size", "device", "name")
 # HFLM's named options (minus those qdrift sets itself), the only other model arguments it uses
 _HFLM_OPTIONS = {p for p in inspect.signature(HFLM.__init__).parameters
@@ -98,12 +92,6 @@ class QdriftLM(HFLM):
                 raise ValueError("tokenizer=None with a model object: pass the model's tokenizer "
                                  "(qdrift never fetches one from the hub)")
         self.spec, apply = resolve_spec(model, spec)
-        if str(batch_size) != "1" and _blocks_from_position_zero(self.spec):
-            raise ValueError(
-                f"spec {self.spec} computes key/value scales over blocks of tokens counted from the cache's first "
-                f"position, and lm-eval left-pads batched generation, so the padding would enter the scales and "
-                f"shift the blocks: an item's result would depend on its batch. Use batch_size=1 with this spec "
-                f"(got {batch_size!r})")
         if apply:
             quantize(model, self.spec, calibration=calibration)
         self.applied_here = apply

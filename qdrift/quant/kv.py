@@ -221,6 +221,7 @@ def _record_columns(layer, batch: int, n: int) -> list[int]:
     no device synchronisation per forward.
     """
     flags = getattr(layer, "_qdrift_written", None)
+    layer._qdrift_written = None  # this forward's: the next one declares its own
     if flags is not None and tuple(flags.shape) != (batch, n):
         raise ValueError(f"written_columns declared {tuple(flags.shape)} columns, but the forward wrote {(batch, n)}")
     rows = layer._qdrift_rows
@@ -246,23 +247,34 @@ def _real_columns(layer, width: int) -> torch.Tensor:
 
 @contextmanager
 def written_columns(cache: Cache, real: torch.Tensor | None):
-    """Declare, for the forwards inside, which columns each row writes hold real tokens ([B, n] bool).
+    """Declare, for the forward inside, which columns each row writes hold real tokens ([B, n] bool).
 
     A padded batch needs it when the KV spec has a window or token blocks: those count each row's own
     tokens, and padding columns are none of them. Other specs ignore it; None declares nothing.
+    A quantized model declares a forward's 2D `attention_mask` by itself; a caller that knows the
+    lengths on the CPU says so here instead, which spares a GPU forward the wait for the mask.
     """
-    if real is None:
-        yield
-        return
-    layers = getattr(getattr(cache, "self_attention_cache", None) or cache, "layers", [])
-    real = real.to("cpu", torch.bool)
-    for layer in layers:
-        layer._qdrift_written = real
+    layers = _layers(cache)
+    declare_written(cache, real)
     try:
         yield
     finally:
         for layer in layers:
             layer._qdrift_written = None
+
+
+def declare_written(cache: Cache, real: torch.Tensor | None) -> None:
+    """Give each layer not already told the real-column flags of the forward about to run (read once)."""
+    if real is None:
+        return
+    real = real.to("cpu", torch.bool)
+    for layer in _layers(cache):
+        if getattr(layer, "_qdrift_written", None) is None:
+            layer._qdrift_written = real
+
+
+def _layers(cache: Cache) -> list:
+    return getattr(getattr(cache, "self_attention_cache", None) or cache, "layers", [])
 
 
 def _stored(layer) -> int:

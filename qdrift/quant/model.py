@@ -24,7 +24,7 @@ from transformers import DynamicCache
 
 from qdrift.quant import linear
 from qdrift.quant.kernels import check_path
-from qdrift.quant.kv import LayerKVQuantizer, convert_cache
+from qdrift.quant.kv import LayerKVQuantizer, convert_cache, declare_written
 from qdrift.quant.select import Target, select
 from qdrift.spec import QuantSpec
 
@@ -42,6 +42,11 @@ class QuantState:
     hook: object | None = None
     cache_kwarg: str = "cache"
     forced_phase: str | None = None  # set by `forced_phase`: the phase whatever a forward's width
+
+    @property
+    def defers_kv(self) -> bool:
+        """Whether the KV part waits for token blocks or keeps a full-precision window."""
+        return any(q.deferred for q in self.kv)
 
     def set_phase(self, phase: str) -> None:
         if phase == self.phase:
@@ -96,7 +101,7 @@ def defers_kv_quantization(model: nn.Module) -> str | None:
     """The spec of a qdrift-quantized model whose KV part defers quantization (token blocks, a
     full-precision window), else None."""
     state = state_of(model)
-    if state is not None and any(q.deferred for layer in state.kv for q in layer.parts()):
+    if state is not None and state.defers_kv:
         return str(state.spec)
     return None
 
@@ -141,6 +146,10 @@ def _install_forward_hook(model: nn.Module, state: QuantState) -> None:
                 kwargs.pop(other, None)
                 kwargs[name] = cache
                 convert_cache(cache, state.kv)
+                mask = kwargs.get("attention_mask")
+                if n is not None and isinstance(mask, torch.Tensor) and mask.dim() == 2 and state.defers_kv:
+                    # A padded batch (generate() left-pads): windows and token blocks count real tokens.
+                    declare_written(cache, mask[:, mask.shape[1] - n :])
         return args, kwargs
 
     state.hook = base.register_forward_pre_hook(pre_forward, with_kwargs=True)

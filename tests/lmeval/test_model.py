@@ -84,11 +84,18 @@ def test_loglikelihood_scoring_honours_mixed_precision_as_lm_evals_own_model_doe
     assert score(QdriftLM, "bfloat16") == reference != score(QdriftLM, None)
 
 
-def test_token_block_kv_scales_with_batched_generation_are_refused_naming_batch_size_1():
-    with pytest.raises(ValueError, match="left-pads batched generation.*batch_size=1"):
-        QdriftLM(pretrained="tiny:llama", spec="w16-a16-k:4c16@dyn-v:4@dyn", batch_size=4)
-    assert QdriftLM(pretrained="tiny:llama", spec="w16-a16-k:4c16@dyn-v:4@dyn", batch_size=1)
-    assert QdriftLM(pretrained="tiny:llama", spec="w16-a16-kv:4@dyn", batch_size=4)  # per-token scales: no blocks
+@pytest.mark.parametrize("spec", ["w16-a16-k:4c4@dyn-v:4@dyn", "w16-a16-kv:4@dyn-win4"])
+def test_batched_generation_with_kv_blocks_or_a_window_runs_and_gives_each_item_its_text_alone(spec):
+    # lm-eval left-pads batched generation; token blocks and the window count each item's real tokens
+    # (from the attention mask), so the padding moves no block (the logits: tests/quant/test_kv.py).
+    from lm_eval.api.instance import Instance
+
+    contexts = ["The cat sat on the mat and then", "Hi!", "Hello", "A much longer context, to pad the others well, goes"]
+    reqs = [Instance("generate_until", {}, (c, {"until": ["\n\n"], "max_gen_toks": 32, "do_sample": False}), i)
+            for i, c in enumerate(contexts)]
+    alone = QdriftLM(pretrained="tiny:llama", spec=spec, batch_size=1).generate_until(reqs, disable_tqdm=True)
+    together = QdriftLM(pretrained="tiny:llama", spec=spec, batch_size=4).generate_until(reqs, disable_tqdm=True)
+    assert together == alone
 
 
 def test_an_unknown_model_argument_is_refused_not_ignored():

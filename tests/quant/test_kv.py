@@ -215,3 +215,23 @@ def test_cropping_and_reordering_a_padded_batch_keep_each_rows_pending_tokens():
     layer.reorder_cache(torch.tensor([1, 0]))
     assert layer._qdrift_pending == ([2, 3], [2, 3])
     assert layer._qdrift_real.tolist() == [[True, True, True], [True, True, True]]
+
+
+@pytest.mark.parametrize("spec", ["w16-a16-k:4c4@dyn-v:16", "w16-a16-kv:4@dyn-win4"])
+def test_generate_with_left_padding_counts_blocks_and_window_in_each_rows_real_tokens(spec):
+    # generate() left-pads a batch and passes the attention mask, from which the quantized model reads
+    # which columns are real: counted over columns, the padding shifted the token blocks (0.0015 in a
+    # logit here).
+    model = qdrift.quantize(tiny_model("llama"), spec)
+    g = torch.Generator().manual_seed(0)
+    long, short = torch.randint(3, 200, (9,), generator=g), torch.randint(3, 200, (4,), generator=g)
+    ids = torch.zeros(2, 9, dtype=torch.long)
+    ids[0], ids[1, 5:] = long, short
+    mask = (ids != 0).long()
+    mask[0] = 1
+    kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0, "output_scores": True,
+              "return_dict_in_generate": True}
+    padded = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    alone = model.generate(input_ids=short[None], attention_mask=torch.ones(1, 4, dtype=torch.long), **kwargs)
+    for together, single in zip(padded.scores, alone.scores, strict=True):
+        torch.testing.assert_close(together[1], single[0], rtol=1e-5, atol=1e-5)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class GrowingLayer(DynamicLayer):
@@ -66,10 +66,14 @@ class GrowingLayer(DynamicLayer):
         self._kbuf = self._vbuf = None  # free the buffers; the next write allocates new ones
 
 
-def growing_cache(config) -> DynamicCache:
-    """A `DynamicCache` for `config` whose full-attention layers append in place (sliding ones unchanged)."""
+def growing_cache(config, whole_windows: bool = False) -> DynamicCache:
+    """A `DynamicCache` for `config` whose full-attention layers append in place.
+
+    Sliding-window layers stay transformers' own (they keep the last `window - 1` columns), or with
+    `whole_windows` become growing layers too, keeping every column for masks that draw each row's
+    window themselves (`qdrift.backends.row_masks`)."""
     cache = DynamicCache(config=config)
     for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer:
+        if type(layer) is DynamicLayer or (whole_windows and type(layer) is DynamicSlidingWindowLayer):
             cache.layers[i] = GrowingLayer()
     return cache

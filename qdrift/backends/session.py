@@ -17,6 +17,7 @@ import torch
 from qdrift.backends.gqa_sdpa import applies_to, shared_kv_heads
 from qdrift.backends.growing_cache import growing_cache
 from qdrift.backends.paged import PagedCache, PageIntegrityError
+from qdrift.backends.row_masks import row_masks, sliding_kinds, unsupported
 from qdrift.quant.kv import written_columns
 from qdrift.quant.model import defers_kv_quantization, forced_phase
 
@@ -57,15 +58,21 @@ class BatchSession:
                 f"the model's spec {self.defers_kv} has a KV part that waits for a token block or keeps a full-precision "
                 "window; in a paged cache the tokens it quantizes later never reach the pages: use the dynamic cache "
                 "(paged=False)")
+        # Sliding-window layers keep and mask by column, and padding takes columns. A batch of such a
+        # model keeps every column and masks each row's window in its own positions (row_masks); where
+        # those masks cannot stand in (another attention kind or implementation), a padded batch stops
+        # once its cache is wider than the window, as a padded row would lose tokens inside its window.
+        kinds = sliding_kinds(model)
+        self.row_masks = kinds if batch > 1 and kinds and not unsupported(model, kinds) else None
+        self.sliding_window = None
+        if kinds and not self.row_masks:
+            self.sliding_window = min(w for w in kinds.values() if w)
+            self._no_row_masks = unsupported(model, kinds) or "one row needs no per-row masks"
         if paged:
             layers = model.config.get_text_config().num_hidden_layers
             self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)
         else:
-            self.cache = growing_cache(model.config)
-        # Sliding-window layers keep and mask by column, and padding takes columns: once the cache is
-        # wider than the window, a padded row would lose tokens that are inside its own window.
-        self.sliding_window = min((layer.sliding_window for layer in getattr(self.cache, "layers", [])
-                                   if getattr(layer, "sliding_window", None)), default=None)
+            self.cache = growing_cache(model.config, whole_windows=self.row_masks is not None)
         self.aborted: dict[int, str] = {}
         # Only each row's last position needs logits; models that take `logits_to_keep` skip the
         # output projection elsewhere (for a small vocabulary model about a third of prefill work).
@@ -125,8 +132,9 @@ class BatchSession:
             raise ValueError(
                 f"this batch's cache reached {mask.shape[1]} columns, beyond the model's sliding window of "
                 f"{self.sliding_window}, and some rows hold padding: transformers keeps and masks a sliding "
-                "window by column, so those rows would lose tokens inside their own window. Run this model "
-                "with batch 1 (or keep conversations within the window)")
+                f"window by column, so those rows would lose tokens inside their own window, and per-row masks "
+                f"cannot stand in here ({self._no_row_masks}). Run this model with batch 1 (or keep "
+                "conversations within the window)")
         last = (lens - 1).clamp_min(0)
         kwargs = {}
         if self.keep_logits:
@@ -137,8 +145,9 @@ class BatchSession:
             at = last
         with shared_kv_heads(self.model, self.share_kv_heads), forced_phase(self.model, phase), \
                 written_columns(self.cache, _real_flags(lengths, width) if self.defers_kv else None):
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
-                             **kwargs)
+            attention = mask if self.row_masks is None else row_masks(self.model, self.row_masks, mask.bool(), pos)
+            out = self.model(input_ids=ids, attention_mask=attention, position_ids=pos, cache=self.cache,
+                             use_cache=True, **kwargs)
         self.mask = mask
         self.positions += lens
         self.tokens_fed += int(lens.sum())

@@ -147,7 +147,8 @@ def _install_forward_hook(model: nn.Module, state: QuantState) -> None:
                 kwargs[name] = cache
                 convert_cache(cache, state.kv)
                 mask = kwargs.get("attention_mask")
-                if n is not None and isinstance(mask, torch.Tensor) and mask.dim() == 2 and state.defers_kv:
+                if (state.defers_kv and n is not None and isinstance(mask, torch.Tensor) and mask.dim() == 2
+                        and mask.shape[1] >= n):
                     # A padded batch (generate() left-pads): windows and token blocks count real tokens.
                     declare_written(cache, mask[:, mask.shape[1] - n :])
         return args, kwargs

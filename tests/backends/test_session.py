@@ -162,14 +162,48 @@ def test_a_spec_that_defers_kv_quantization_is_refused_in_pages():
     BatchSession(qdrift.quantize(tiny_model("llama"), "w16-a16-kv:4@dyn"), 2, pad_id=0, paged=True)  # per token: fine
 
 
-def test_padding_beyond_a_sliding_window_is_refused_not_a_silently_wrong_row():
+def sliding_mistral():
+    from transformers import AutoModelForCausalLM
 
+    from qdrift.tiny import tiny_config
+
+    config = tiny_config("mistral")
+    config.sliding_window = 16  # every layer sliding: the model takes one mask, not a dict by kind
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("make", [lambda: tiny_model("gemma2"), lambda: tiny_model("gemma3"), sliding_mistral],
+                         ids=["gemma2-eager", "gemma3-eager", "mistral-sdpa"])
+def test_padded_rows_of_a_sliding_window_model_see_their_own_window_beyond_its_width(make, paged):
+    # transformers keeps and masks a sliding window by column; padding takes columns, so a padded row lost
+    # tokens inside its own window (the paged cache did so silently, up to 1.0 in a logit here).
+    model = make()
+    window = model.config.sliding_window
+    feeds = [[ids(20, 0), ids(3, 1), None, ids(9, 2), [9], [10], [11], ids(12, 9)],
+             [ids(2, 3), None, ids(7, 4), ids(1, 5), [12], None, [13], ids(3, 10)],
+             [ids(9, 6), ids(1, 7), ids(1, 8), None, None, [14], [15], None]]
+    batched = BatchSession(model, 3, pad_id=0, paged=paged)
+    together = [batched.feed(list(chunks)) for chunks in zip(*feeds, strict=True)]
+    assert batched.mask.shape[1] > 3 * window and not bool(batched.mask.all())
+    for row, chunks in enumerate(feeds):
+        single = BatchSession(model, 1, pad_id=0)  # transformers' own sliding cache and masks
+        for step, chunk in enumerate(chunks):
+            if chunk is not None:
+                torch.testing.assert_close(together[step][row], single.feed([chunk])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_padding_beyond_a_sliding_window_is_refused_where_per_row_masks_cannot_stand_in(monkeypatch):
+    from qdrift.backends import row_masks
+
+    monkeypatch.setattr(row_masks, "IMPLEMENTATIONS", ("sdpa",))  # as if eager attention took no ready masks
     model = tiny_model("gemma2")
     window = model.config.sliding_window
     p = ids(window + 4, 7)
     s = BatchSession(model, 2, pad_id=0)
     s.feed([p[:window], p[:3]])  # within the window: padding takes no real token out of it
-    with pytest.raises(ValueError, match="beyond the model's sliding window"):
+    with pytest.raises(ValueError, match="beyond the model's sliding window.*'eager' attention"):
         s.feed([p[window:], p[3:]])  # row 1 padded, and the cache now wider than the window
     alone_session = BatchSession(model, 1, pad_id=0)  # one row has no padding: past the window is fine
     torch.testing.assert_close(alone_session.feed([p])[0], alone(model, [p]), rtol=1e-4, atol=1e-5)

@@ -30,8 +30,10 @@ third stage at RoPE base 1e5), runs of (1) back to back on each of three days:
     vs 19.59 s; 3.41 s vs 22.34 s). On a third day, three runs (the last with shared key/value
     heads, (4), which change nothing measurable at L = 32): 2.5x, 2.5x and 2.5x at batch 1 (1.08 s vs
     2.67 s; 1.24 s vs 3.15 s; 1.27 s vs 3.20 s) and 8.1x, 7.6x and 6.6x at batch 8 (2.62 s vs 21.22 s;
-    2.58 s vs 19.60 s; 2.98 s vs 19.61 s). Every run gave the same text at every step (33 steps at
-    batch 1, 264 at batch 8) with the cache reused and re-prefilled.
+    2.58 s vs 19.60 s; 2.98 s vs 19.61 s). On a fourth day, on a slower machine (the decode step's
+    matrix products alone 2.60 ms against 1.15-2.06 ms): 2.4x at batch 1 (1.46 s vs 3.58 s) and 7.9x
+    at batch 8 (2.59 s vs 20.48 s); with every decode forward at that floor, 3.1x at batch 1. Every run gave the same text at every step (33 steps at batch 1,
+    264 at batch 8) with the cache reused and re-prefilled.
   - (2), ledger `echo=1`, L = 32: 3.11 vs 1.00 episodes/s (3.1x); on the second day 2.68 vs 0.79 (3.4x);
     on the third, with shared key/value heads, 3.24 vs 0.80 (4.0x).
   - (3), plain ledger L = 200, 20 episodes batched (earlier weights): in-place vs concatenating

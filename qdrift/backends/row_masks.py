@@ -22,11 +22,12 @@ IMPLEMENTATIONS = ("sdpa", "eager")
 
 
 def sliding_kinds(model) -> dict[str, int | None] | None:
-    """{attention kind: window or None} of the model's layers when some are sliding, else None."""
+    """{attention kind: window or None} of the model's layers when some see a window (sliding, chunked,
+    hybrid), else None."""
     config = model.config.get_text_config(decoder=True)
     types, kwargs = get_layer_types_and_kwargs(config)
     kinds = {t: kw.get("sliding_window") for t, kw in zip(types, kwargs, strict=True) if t != "dummy"}
-    return kinds if "sliding_attention" in kinds else None
+    return kinds if any(kinds.values()) else None
 
 
 def unsupported(model, kinds: dict[str, int | None]) -> str | None:

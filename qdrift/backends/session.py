@@ -57,7 +57,7 @@ class BatchSession:
             raise ValueError(
                 f"the model's spec {self.defers_kv} has a KV part that waits for a token block or keeps a full-precision "
                 "window; in a paged cache the tokens it quantizes later never reach the pages: use the dynamic cache "
-                "(paged=False)")
+                "(paged=False here, paged_kv=False in HFPolicy)")
         # Sliding-window layers keep and mask by column, and padding takes columns. A batch of such a
         # model keeps every column and masks each row's window in its own positions (row_masks); where
         # those masks cannot stand in (another attention kind or implementation), a padded batch stops

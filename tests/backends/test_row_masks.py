@@ -54,3 +54,17 @@ def test_other_attention_kinds_are_named():
         "its layers include chunked_attention, which per-row masks do not reproduce")
     assert unsupported(model, sliding_kinds(model)) is None
     assert sliding_kinds(tiny_model("llama")) is None
+
+
+def test_a_chunked_attention_model_keeps_the_refusal_of_padding_past_its_chunk():
+    # Chunked layers (Llama 4) are windows too: their kind is found, and named as one per-row masks skip.
+    from transformers import AutoModelForCausalLM
+
+    from qdrift.tiny import tiny_config
+
+    config = tiny_config("llama")
+    config.attention_chunk_size = 8
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    assert sliding_kinds(model) == {"chunked_attention": 8}
+    assert "chunked_attention" in unsupported(model, sliding_kinds(model))

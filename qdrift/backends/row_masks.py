@@ -12,6 +12,8 @@ no transformers mask counts positions per row.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers.cache_utils import get_layer_types_and_kwargs
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
@@ -30,11 +32,27 @@ def sliding_kinds(model) -> dict[str, int | None] | None:
     return kinds if any(kinds.values()) else None
 
 
+def takes_masks_by_kind(model) -> bool:
+    """Whether the model's forward takes a dict of ready masks by attention kind.
+
+    transformers' models that mix kinds read one with `isinstance(causal_mask_mapping := attention_mask,
+    dict)`; there is no flag to ask, so the decoder's source is read for it.
+    """
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    try:
+        return "causal_mask_mapping" in inspect.getsource(type(decoder).forward)
+    except (OSError, TypeError):
+        return False
+
+
 def unsupported(model, kinds: dict[str, int | None]) -> str | None:
     """Why per-row masks cannot stand in for this model's own, or None when they can."""
     other = sorted(set(kinds) - set(KINDS))
     if other:
         return f"its layers include {', '.join(other)}, which per-row masks do not reproduce"
+    if len(kinds) > 1 and not takes_masks_by_kind(model):
+        return (f"its config lists layers of kinds {', '.join(sorted(kinds))}, but its forward takes one mask for "
+                "all of them")
     impl = model.config._attn_implementation
     if impl not in IMPLEMENTATIONS:
         return f"it runs {impl!r} attention, which takes no ready masks (per-row masks need {' or '.join(IMPLEMENTATIONS)})"

@@ -72,7 +72,9 @@ class BatchSession:
             layers = model.config.get_text_config().num_hidden_layers
             self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)
         else:
-            self.cache = growing_cache(model.config, whole_windows=self.row_masks is not None)
+            # Whole layers for sliding ones under per-row masks, and under a deferred KV spec (which
+            # quantizes every token it keeps: quant.kv.convert_cache).
+            self.cache = growing_cache(model.config, whole_windows=self.row_masks is not None or bool(self.defers_kv))
         self.aborted: dict[int, str] = {}
         # Only each row's last position needs logits; models that take `logits_to_keep` skip the
         # output projection elsewhere (for a small vocabulary model about a third of prefill work).

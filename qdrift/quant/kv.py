@@ -265,12 +265,12 @@ def written_columns(cache: Cache, real: torch.Tensor | None):
 
 def declare_written(cache: Cache, real: torch.Tensor | None) -> None:
     """Give each layer not already told the real-column flags of the forward about to run (read once)."""
-    if real is None:
-        return
+    untold = [layer for layer in _layers(cache) if getattr(layer, "_qdrift_written", None) is None]
+    if real is None or not untold:
+        return  # (a GPU mask is copied only when some layer needs it)
     real = real.to("cpu", torch.bool)
-    for layer in _layers(cache):
-        if getattr(layer, "_qdrift_written", None) is None:
-            layer._qdrift_written = real
+    for layer in untold:
+        layer._qdrift_written = real
 
 
 def _layers(cache: Cache) -> list:
@@ -389,6 +389,13 @@ def convert_cache(cache: Cache, quantizers: list[LayerKVQuantizer]) -> None:
                 f"a full-precision window or per-channel dynamic key blocks need a dynamic cache; "
                 f"layer {idx} is {type(layer).__name__}"
             )
+        if quantizers[idx].deferred and isinstance(layer, DynamicSlidingWindowLayer):
+            # A sliding layer drops tokens before a token block completes or a window passes them, so
+            # what it quantizes would depend on how it keeps columns; a whole layer keeps every token
+            # and the attention mask still draws the window.
+            whole = DynamicLayer()
+            whole._qdrift_written = getattr(layer, "_qdrift_written", None)
+            layers[idx] = layer = whole
         layer.__class__ = quantized_layer_class(type(layer))
         layer._qdrift = quantizers[idx]
         _forget(layer)

@@ -68,3 +68,17 @@ def test_a_chunked_attention_model_keeps_the_refusal_of_padding_past_its_chunk()
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     assert sliding_kinds(model) == {"chunked_attention": 8}
     assert "chunked_attention" in unsupported(model, sliding_kinds(model))
+
+
+def test_a_model_that_takes_one_mask_for_layers_of_two_kinds_is_named():
+    # A Mistral config may list alternating layer kinds, but MistralModel takes a single mask: a dict of
+    # masks by kind crashed it.
+    import transformers
+
+    from qdrift.tiny import COMMON
+
+    config = transformers.MistralConfig(**COMMON, head_dim=32, sliding_window=16,
+                                        layer_types=["sliding_attention", "full_attention"])
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    assert "forward takes one mask" in unsupported(model, sliding_kinds(model))
+    assert unsupported(tiny_model("gemma2"), sliding_kinds(tiny_model("gemma2"))) is None

@@ -107,11 +107,14 @@ def test_cache_already_filled_in_full_precision_is_refused():
 
 
 def test_sliding_window_layers_quantize_too():
-    model = qdrift.quantize(tiny_model("gemma2"), "w16-a16-k:4c8@dyn-v:4@dyn-win4")
-    with torch.no_grad():
-        out = model.generate(prompt(n=30), max_new_tokens=10, do_sample=False, return_dict_in_generate=True)
-    kinds = {type(layer).__name__ for layer in out.cache.layers}
-    assert kinds == {"QDriftDynamicSlidingWindowLayer", "QDriftDynamicLayer"}
+    # Quantized on write, a sliding layer stays one; a spec that waits for token blocks or a window gets
+    # a whole layer there (a sliding one dropped tokens before their block completed).
+    for spec, kinds in (("w16-a16-kv:4@dyn", {"QDriftDynamicSlidingWindowLayer", "QDriftDynamicLayer"}),
+                        ("w16-a16-k:4c8@dyn-v:4@dyn-win4", {"QDriftDynamicLayer"})):
+        model = qdrift.quantize(tiny_model("gemma2"), spec)
+        with torch.no_grad():
+            out = model.generate(prompt(n=30), max_new_tokens=10, do_sample=False, return_dict_in_generate=True)
+        assert {type(layer).__name__ for layer in out.cache.layers} == kinds
 
 
 @pytest.mark.parametrize("fmt", ["fp8e4m3", "fp8e5m2"])
@@ -217,11 +220,11 @@ def test_cropping_and_reordering_a_padded_batch_keep_each_rows_pending_tokens():
     assert layer._qdrift_real.tolist() == [[True, True, True], [True, True, True]]
 
 
-@pytest.mark.parametrize("spec", ["w16-a16-k:4c4@dyn-v:16", "w16-a16-kv:4@dyn-win4"])
+@pytest.mark.parametrize("spec", ["w16-a16-k:4c4@dyn-v:16", "w16-a16-k:4c4@dyn-v:4@dyn-win6"])
 def test_generate_with_left_padding_counts_blocks_and_window_in_each_rows_real_tokens(spec):
     # generate() left-pads a batch and passes the attention mask, from which the quantized model reads
     # which columns are real: counted over columns, the padding shifted the token blocks (0.0015 in a
-    # logit here).
+    # logit here). (Left padding alone never moved a window: its columns are the oldest.)
     model = qdrift.quantize(tiny_model("llama"), spec)
     g = torch.Generator().manual_seed(0)
     long, short = torch.randint(3, 200, (9,), generator=g), torch.randint(3, 200, (4,), generator=g)

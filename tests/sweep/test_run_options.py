@@ -93,4 +93,9 @@ def test_a_cell_whose_spec_defers_kv_quantization_runs_batched_and_gives_each_se
     cell = expand(parse_sweep(text + "    max_new_tokens: 4\n"))[0]
     batched, alone = CellRunner(batch=3)(cell), CellRunner(batch=1)(cell)
     assert len(batched["episode"]) == 3
-    assert batched["step"] and [s["raw"] for s in batched["step"]] == [s["raw"] for s in alone["step"]]
+    def steps(rows):
+        return sorted(rows["step"], key=lambda s: (s["seed"], s["step"]))
+
+    assert batched["step"] and [s["raw"] for s in steps(batched)] == [s["raw"] for s in steps(alone)]
+    # the log-probabilities too: counted over padded columns they moved
+    assert [s["logprob"] for s in steps(batched)] == pytest.approx([s["logprob"] for s in steps(alone)], abs=1e-5)

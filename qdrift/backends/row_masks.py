@@ -28,7 +28,13 @@ def sliding_kinds(model) -> dict[str, int | None] | None:
     hybrid), else None."""
     config = model.config.get_text_config(decoder=True)
     types, kwargs = get_layer_types_and_kwargs(config)
-    kinds = {t: kw.get("sliding_window") for t, kw in zip(types, kwargs, strict=True) if t != "dummy"}
+    kinds: dict[str, int | None] = {}
+    for kind, kw in zip(types, kwargs, strict=True):
+        if kind == "dummy":
+            continue
+        window = kw.get("sliding_window")
+        if kinds.setdefault(kind, window) != window:  # one mask per kind cannot hold two windows
+            kinds[f"{kind} with windows of several widths"] = window
     return kinds if any(kinds.values()) else None
 
 

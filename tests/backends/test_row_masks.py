@@ -82,3 +82,12 @@ def test_a_model_that_takes_one_mask_for_layers_of_two_kinds_is_named():
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
     assert "forward takes one mask" in unsupported(model, sliding_kinds(model))
     assert unsupported(tiny_model("gemma2"), sliding_kinds(tiny_model("gemma2"))) is None
+
+
+def test_layers_of_one_kind_with_different_windows_are_named(monkeypatch):
+    from qdrift.backends import row_masks
+
+    types = (["sliding_attention", "sliding_attention"], [{"sliding_window": 16}, {"sliding_window": 32}])
+    monkeypatch.setattr(row_masks, "get_layer_types_and_kwargs", lambda config: types)
+    kinds = sliding_kinds(tiny_model("gemma2"))
+    assert "sliding_attention with windows of several widths" in unsupported(tiny_model("gemma2"), kinds)

@@ -27,7 +27,11 @@ from qdrift.store import Store, canonical_json
 
 # Config fields that change what a task measures, apart from the spec and the seeds: cells that
 # differ in one are different measurements, reported apart and never paired with each other.
-SETTING_KEYS = ("knobs", "prompt", "max_new_tokens", "runner", "limit", "options", "dtype", "device")
+# What makes two cells of one (model, spec, task, horizon) different measurements, shared by a baseline
+# and its variants: paired only within one setting. The code (qdrift's version, a path environment's
+# file) is part of it, so a baseline rerun on edited code is never paired with variants of the old.
+SETTING_KEYS = ("knobs", "prompt", "max_new_tokens", "runner", "limit", "options", "dtype", "device",
+                "qdrift_version", "env_sha256")
 
 
 def _setting(cfg: dict) -> str:

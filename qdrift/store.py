@@ -179,11 +179,22 @@ class Store:
         name = f"model:{ref}"
         self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (name, fingerprint))
         stored = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()[0]
+        if stored != fingerprint and not self._has_results(ref):
+            # The other weights left no result (every cell of theirs failed): nothing would mix.
+            self._db.execute("UPDATE meta SET value = ? WHERE name = ?", (fingerprint, name))
+            stored = fingerprint
         if stored != fingerprint:
             raise ValueError(
                 f"store {self.path} holds results of model '{ref}' with weights sha256 {stored[:16]}..., but "
                 f"'{ref}' now loads weights sha256 {fingerprint[:16]}...; resuming would mix the two. Write "
                 f"to a new store (or delete this one to re-measure), or restore the weights it was run with")
+
+    def _has_results(self, ref: str) -> bool:
+        """Whether any done cell of model `ref` is stored."""
+        for (config,) in self._db.execute("SELECT config FROM cells WHERE status = 'done'"):
+            if json.loads(config).get("model") == ref:
+                return True
+        return False
 
     def model_fingerprints(self) -> dict[str, str]:
         """{model reference: weights sha256} for every model this store has run."""

@@ -179,3 +179,16 @@ def test_a_baseline_no_cell_has_is_refused_naming_the_configs(tmp_path):
         fill(store)
     with pytest.raises(SystemExit, match="no done cell has config 'basline'.*configs in .*: baseline"):
         main(["compare", "--store", str(tmp_path / "r.sqlite"), "--baseline", "basline"])
+
+
+def test_a_baseline_rerun_on_an_edited_environment_is_never_paired_with_variants_of_the_old_file(tmp_path):
+    # Only the baseline was rerun after the environment file changed: its cell and the old variant's are
+    # measurements of different code, reported apart (the variant with the old baseline it was run beside).
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store, extra={"knobs": {}, "env_sha256": "a" * 64})
+        fill(store, configs=("baseline",), extra={"knobs": {}, "env_sha256": "b" * 64})
+    out = tmp_path / "report.md"
+    assert main(["compare", "--store", str(tmp_path / "r.sqlite"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "superseded" not in text and text.count("## organism on pointer_chase [") == 2
+    assert f'"env_sha256":"{"b" * 64}"' in text

@@ -31,6 +31,9 @@ class Cell:
     # filled on one must not resume cells for the other. None: the CPU (not in the key, so earlier
     # stores stay valid). Which GPU index ran it does not matter, so only the kind is kept.
     device: str | None = None
+    # The sweep's batch, only for specs that round activations or the KV cache stochastically: their
+    # random stream runs over the whole batch, so the batch size changes their results.
+    batch: int | None = None
 
     def config(self) -> dict[str, Any]:
         import qdrift
@@ -52,6 +55,8 @@ class Cell:
             config["device"] = self.device
         if self.calibration is not None:
             config["calibration"] = self.calibration.config()
+        if self.batch is not None:
+            config["batch"] = self.batch
         if isinstance(t, AgentTask):
             config.update(horizon=self.horizon, seeds=list(t.seeds), knobs=dict(t.knobs),
                           max_new_tokens=t.max_new_tokens)
@@ -94,7 +99,20 @@ def make_cell(sweep: Sweep, model: str, spec: str, task, horizon: int | None) ->
     from qdrift.sweep.calibration import needs_calibration
 
     return Cell(model, spec, task, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
-                dtype=sweep.dtype, env_sha256=env_source(task), device=device_kind(sweep.device))
+                dtype=sweep.dtype, env_sha256=env_source(task), device=device_kind(sweep.device),
+                batch=sweep.batch if rounds_per_batch(spec) else None)
+
+
+def rounds_per_batch(spec: str) -> bool:
+    """Whether `spec` rounds activations or the KV cache stochastically (`~sr`), drawing one random
+    stream over each forward's whole batch (weights are rounded once, whatever the batch)."""
+    if spec == BASELINE:
+        return False
+    from qdrift.spec import QuantSpec
+
+    parsed = QuantSpec.parse(spec)
+    schemes = [phase.activations for phase in (parsed.prefill, parsed.decode)] + [parsed.kv.keys, parsed.kv.values]
+    return any(s is not None and s.seed is not None for s in schemes)
 
 
 def device_kind(device: str | None) -> str | None:

@@ -34,8 +34,26 @@ class CellRunner:
             drift = cell.task.drift and cell.spec != BASELINE
             baseline = self.models.get(cell.model, BASELINE)[0] if drift else None
             traces = self.baseline_traces if cell.task.drift else None
-            return run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline, traces=traces)
+            _same_environment_file(cell)
+            rows = run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline, traces=traces)
+            _same_environment_file(cell)  # edited while the cell ran: its rows may come from either file
+            return rows
         return run_short_form_cell(model, tokenizer, cell)
+
+
+def _same_environment_file(cell: Cell) -> None:
+    """Refuse to run (or keep) a cell whose path environment's file changed since the cell was made:
+    the registry reloads an edited file, and the cell's key names the file it was made from."""
+    if cell.env_sha256 is None:
+        return
+    from qdrift.sweep.cells import env_source
+
+    now = env_source(cell.task)
+    if now != cell.env_sha256:
+        raise RuntimeError(
+            f"the environment file of {cell.task.env!r} changed since this sweep started (sha256 "
+            f"{cell.env_sha256[:10]}... then, {now[:10]}... now): this cell's key names the file it was made from. "
+            "Rerun the sweep to measure the edited file under its own keys")
 
 
 def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,

@@ -207,3 +207,44 @@ def test_editing_a_custom_environment_gives_its_cells_new_keys(tmp_path):
     (builtin,) = unique_cells(parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1]").replace(
         "specs: [baseline, w8-a16-kv:16]", "specs: [baseline]")))
     assert "env_sha256" not in builtin.config()  # built-in environments keep their keys
+
+
+def test_a_cell_whose_environment_file_changed_since_the_sweep_started_fails_naming_it(tmp_path):
+    # The registry reloads an edited file, so a later cell would run the new code under the old file's key.
+    from pathlib import Path
+
+    env = tmp_path / "myledger.py"
+    env.write_text(Path("agents/ledger.py").read_text())
+    text = f"models: [tiny:llama]\nspecs: [baseline]\ntasks:\n  - env: {env}@Ledger\n    horizons: [1]\n    seeds: 1\n"
+    (cell,) = unique_cells(parse_sweep(text))
+    runner = CellRunner(batch=1)
+    assert runner(replace(cell, task=replace(cell.task, max_new_tokens=2)))["episode"]
+    env.write_text(env.read_text() + "\n# edited mid-sweep\n")
+    with pytest.raises(RuntimeError, match="environment file .* changed since this sweep started"):
+        runner(cell)
+
+
+def test_a_stochastic_rounding_spec_on_activations_or_the_cache_keys_its_cells_by_batch():
+    # Its random stream runs over each forward's whole batch, so the batch size changes its results.
+    text = TEXT.replace("specs: [baseline, w8-a16-kv:16]", "specs: [baseline, w16-a4~sr1-kv:16, w4~sr1-a16-kv:16, "
+                        "w16-a16-kv:4~sr2@dyn]")
+    keyed = {c.spec: c.config().get("batch") for c in unique_cells(parse_sweep(text + "batch: 7\n"))}
+    assert keyed == {"baseline": None, "w16-a4~sr1-kv:16": 7, "w4~sr1-a16-kv:16": None, "w16-a16-kv:4~sr2@dyn": 7}
+    one, seven = (unique_cells(parse_sweep(text + f"batch: {b}\n")) for b in (1, 7))
+    assert [a.key == b.key for a, b in zip(one, seven, strict=True)] == [True, True, False, False, True, True,
+                                                                         False, False]
+
+
+def test_weights_whose_every_cell_failed_do_not_pin_the_stores_fingerprint(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"broken weights")
+    sweep = parse_sweep(TEXT.replace("models: [tiny:llama]", f"models: [{folder}]"))
+    labels = [c.label for c in unique_cells(sweep)]
+    with Store(tmp_path / "r.sqlite") as store:
+        assert len(run_sweep(sweep, store, executor=LocalExecutor(CountingRunner(fail=labels)), progress=False).failed) == 4
+        (folder / "model.safetensors").write_bytes(b"fixed weights")
+        assert run_sweep(sweep, store, executor=LocalExecutor(CountingRunner()), progress=False).done == 4
+        (folder / "model.safetensors").write_bytes(b"retrained weights")  # now results exist: refused
+        with pytest.raises(ValueError, match="resuming would mix the two"):
+            run_sweep(sweep, store, executor=LocalExecutor(CountingRunner()), progress=False)

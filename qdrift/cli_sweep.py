@@ -61,7 +61,6 @@ def _report_sink(sink) -> None:
 
 
 def cmd_sweep_run(args) -> int:
-    from qdrift.store import Store
     from qdrift.sweep import run_sweep
     from qdrift.sweep.execute import executor_for
 
@@ -77,7 +76,7 @@ def cmd_sweep_run(args) -> int:
         chosen = executor_for(sweep, address=args.ray_address)
     except ImportError as e:
         raise SystemExit(f"qdrift: {e}") from None
-    with Store(path) as store:
+    with _open_store(path) as store:
         sink = _sink(args, sweep, store, path)
         try:
             outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
@@ -92,7 +91,6 @@ def cmd_sweep_run(args) -> int:
 
 
 def cmd_sweep_cell(args) -> int:
-    from qdrift.store import Store
     from qdrift.sweep import run_sweep
     from qdrift.sweep.execute import CellResult
     from qdrift.sweep.wandb_sweep import select_cell, single_cell_sweep
@@ -104,7 +102,7 @@ def cmd_sweep_cell(args) -> int:
         raise SystemExit(f"qdrift: {e}") from None
     if args.threads:
         sweep = replace(sweep, threads=args.threads)
-    with Store(path) as store:
+    with _open_store(path) as store:
         sink = _sink(args, sweep, store, path)
         if store.status(cell.key) == "done":
             print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
@@ -164,14 +162,13 @@ def _add_wandb_flags(p) -> None:
 
 
 def cmd_sweep_status(args) -> int:
-    from qdrift.store import Store
     from qdrift.sweep import unique_cells
 
     sweep, path = _load(args)
     cells = unique_cells(sweep)
     recorded = {}
     if path.exists():
-        with Store(path) as store:
+        with _open_store(path) as store:
             recorded = {c["key"]: c for c in store.cells()}
     counts = {"done": 0, "failed": 0, "pending": 0}
     for cell in cells:
@@ -193,10 +190,9 @@ def _print_report(path: Path, sweep) -> None:
     """The compare report of the sweep's cells, written beside the store and printed (what `--report`
     adds to a run)."""
     from qdrift.compare import build_report
-    from qdrift.store import Store
     from qdrift.sweep import unique_cells
 
-    with Store(path) as store:
+    with _open_store(path) as store:
         out = build_report(store, out=Path(path).with_suffix(".md"), keys={c.key for c in unique_cells(sweep)})
     print()
     print(Path(out).read_text())
@@ -205,12 +201,11 @@ def _print_report(path: Path, sweep) -> None:
 
 def cmd_compare(args) -> int:
     from qdrift.compare import build_report
-    from qdrift.store import Store
 
     path = Path(args.store)
     if not path.is_file():
         raise SystemExit(f"qdrift: no results store at {path} (run `qdrift sweep run FILE --store {path}` first)")
-    with Store(path) as store:
+    with _open_store(path) as store:
         configs = sorted({c["config"].get("config") for c in store.cells("done")} - {None})
         if args.baseline is not None and configs and args.baseline not in configs:  # a typo: "no baseline" notes only
             raise SystemExit(f"qdrift: no done cell has config {args.baseline!r} (--baseline); configs in "
@@ -265,3 +260,13 @@ def add_parser(sub) -> None:
                    help="the config the variants are compared with (default: baseline); one no cell has is refused")
     c.add_argument("--out", help="report path (default: the store path with .md); plots are saved beside it")
     c.set_defaults(func=cmd_compare)
+
+
+def _open_store(path):
+    """The store at `path`, or the reason it cannot be opened as a clean error (not a traceback)."""
+    from qdrift.store import Store
+
+    try:
+        return Store(path)
+    except ValueError as e:
+        raise SystemExit(f"qdrift: {e}") from None

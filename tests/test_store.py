@@ -146,3 +146,16 @@ def test_numpy_values_are_stored_as_numbers_and_booleans_not_their_text(tmp_path
         store.record_done(cell_key(CONFIG), CONFIG, {"episode": [row]}, 1.0, 2.0)
         (back,) = store.rows("episode")
     assert back["success"] is False and back["steps"] == 3 and back["kl"] == 0.5 and back["hist"] == [0, 1]
+
+
+def test_a_file_that_is_no_store_or_a_folder_is_named_not_a_traceback(tmp_path, capsys):
+    from qdrift.cli import main
+
+    other = tmp_path / "notes.sqlite"
+    other.write_text("not a database")
+    with pytest.raises(ValueError, match="notes.sqlite is not a store qdrift can open.*name a new file"):
+        Store(other)
+    with pytest.raises(ValueError, match="is a folder"):
+        Store(tmp_path)
+    with pytest.raises(SystemExit, match="qdrift: store .*notes.sqlite is not a store"):
+        main(["sweep", "status", "default", "--store", str(other)])

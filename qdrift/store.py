@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS cells (
     wall_s REAL,
     created REAL NOT NULL
 );
+-- Cells a run has started and not yet recorded: one left here was interrupted (its process was
+-- killed or crashed), and a rerun takes it after the others. Not part of the schema version: an
+-- older qdrift ignores the table.
+CREATE TABLE IF NOT EXISTS started (key TEXT PRIMARY KEY, at REAL NOT NULL);
 """
 _ROWS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -169,11 +173,21 @@ class Store:
                 "started = excluded.started, finished = excluded.finished, wall_s = excluded.wall_s",
                 (key, canonical_json(config), status, error, started, finished, finished - started, time.time()))
             db.executemany("INSERT INTO rows (cell, kind, data) VALUES (?, ?, ?)", payload)
+            db.execute("DELETE FROM started WHERE key = ?", (key,))
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
         return True
+
+    def mark_started(self, key: str) -> None:
+        """Note that a run is starting cell `key`; recording it done or failed clears the note."""
+        self._db.execute("INSERT OR REPLACE INTO started VALUES (?, ?)", (key, time.time()))
+
+    def interrupted(self) -> set[str]:
+        """Keys of cells a run started and never recorded (killed or crashed while running them)."""
+        return {k for (k,) in self._db.execute(
+            "SELECT s.key FROM started s LEFT JOIN cells c ON c.key = s.key WHERE c.status IS NOT 'done'")}
 
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.

@@ -72,10 +72,14 @@ class SweepOutcome:
     done: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell label, first line of the error)
     sink_error: str | None = None  # the result sink (e.g. W&B) failed and was not called again
+    interrupted: int = 0  # pending cells an earlier run started and never recorded: run last
 
     def summary(self) -> str:
         text = f"{self.total} cells: {self.skipped} already done, {self.done} run now, {len(self.failed)} failed"
         lines = [text, *(f"  failed: {label}: {err}" for label, err in self.failed)]
+        if self.interrupted:
+            lines.append(f"  {self.interrupted} cell(s) had been started by a run that never recorded them (killed, or "
+                         "crashed in the cell): they ran after the others")
         if self.sink_error:
             lines.append(f"  the result sink failed and was stopped (every cell is in the store): {self.sink_error}")
         return "\n".join(lines)
@@ -126,10 +130,20 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         executor = executor_for(sweep)
     cells = unique_cells(sweep)
     pending = [c for c in cells if store.status(c.key) != "done"]
-    outcome = SweepOutcome(len(cells), len(cells) - len(pending))
+    # A cell an earlier run started and never recorded may be one that kills its process (a crash,
+    # an out-of-memory kill): it runs after the others, so it cannot keep them from ever running.
+    interrupted = store.interrupted()
+    pending.sort(key=lambda c: c.key in interrupted)
+    outcome = SweepOutcome(len(cells), len(cells) - len(pending),
+                           interrupted=sum(c.key in interrupted for c in pending))
     bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
+
+    def on_start(cell: Cell) -> None:
+        store.mark_started(cell.key)
+        bar.set_postfix_str(cell.label)
+
     try:
-        for result in executor.submit(pending, on_start=lambda c: bar.set_postfix_str(c.label)):
+        for result in executor.submit(pending, on_start=on_start):
             cell = result.cell
             if result.error is None:
                 store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished)

@@ -248,3 +248,19 @@ def test_weights_whose_every_cell_failed_do_not_pin_the_stores_fingerprint(tmp_p
         (folder / "model.safetensors").write_bytes(b"retrained weights")  # now results exist: refused
         with pytest.raises(ValueError, match="resuming would mix the two"):
             run_sweep(sweep, store, executor=LocalExecutor(CountingRunner()), progress=False)
+
+
+def test_a_cell_an_earlier_run_started_and_never_recorded_runs_after_the_others(tmp_path):
+    # The local executor runs cells in its own process: a cell that crashes it (a segfault, an OOM kill)
+    # is never recorded. Run first on every rerun, it kept the cells after it from ever running.
+    cells = unique_cells(parse_sweep(TEXT))
+    crashing = cells[0]
+    with Store(tmp_path / "r.sqlite") as store:
+        store.mark_started(crashing.key)  # what a killed or crashed run leaves behind
+        assert store.interrupted() == {crashing.key}
+        runner = CountingRunner()
+        outcome = run(store, runner)
+        assert runner.calls[-1] == crashing.label and len(runner.calls) == 4
+        assert outcome.interrupted == 1 and "they ran after the others" in outcome.summary()
+        assert store.interrupted() == set()  # recorded: the note is cleared
+        assert run(store, CountingRunner()).interrupted == 0

@@ -80,14 +80,15 @@ def cmd_sweep_run(args) -> int:
         sink = _sink(args, sweep, store, path)
         try:
             outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
-        except ValueError as e:  # e.g. the model's files changed since the store's cells ran
+        except (ValueError, FileNotFoundError) as e:  # e.g. the model's files changed or are missing
             raise SystemExit(f"qdrift sweep: {e}") from None
     print(outcome.summary())
     print(f"store: {path}")
     _report_sink(sink)
     if args.report:
         _print_report(path, sweep)
-    return 1 if outcome.failed else 0
+    # A failed sink (W&B) leaves every cell stored but some unlogged: not a clean run either.
+    return 1 if outcome.failed or outcome.sink_error else 0
 
 
 def cmd_sweep_cell(args) -> int:

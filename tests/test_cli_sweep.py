@@ -69,3 +69,30 @@ def test_workers_must_be_a_positive_integer(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "run", "default", "--workers", "0"])
     assert "--workers: must be an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_run_whose_result_sink_failed_exits_nonzero_with_every_cell_stored(tmp_path, monkeypatch, capsys):
+    import qdrift.cli_sweep as cli_sweep
+
+    class BrokenSink:
+        runs = 0
+
+        def __call__(self, result):
+            raise ConnectionError("wandb.init timed out")
+
+    monkeypatch.setattr(cli_sweep, "_sink", lambda *args: BrokenSink())
+    sweep, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep.write_text(TEXT)
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "1 run now, 0 failed" in out and "the result sink failed and was stopped" in out
+
+
+def test_a_model_folder_without_weights_is_named_not_a_traceback(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(TEXT.replace("tiny:llama", str(folder)))
+    with pytest.raises(SystemExit, match="qdrift sweep: model .* no weight file"):
+        main(["sweep", "run", str(sweep), "--store", str(tmp_path / "s.sqlite"), "--quiet"])

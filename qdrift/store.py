@@ -81,6 +81,22 @@ def cell_key(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:16]
 
 
+def _while_locked(statement, seconds: float = 30.0):
+    """Run `statement`, retrying while another process holds the database.
+
+    Switching a new file to WAL answers "database is locked" at once, without SQLite's busy timeout,
+    when processes open it together (sweeps started side by side on one new store): one of them lost
+    its cells."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class Store:
     """The results of one or more sweeps in one SQLite file (WAL mode: readers never block the writer)."""
 
@@ -90,11 +106,12 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
+            _while_locked(lambda: self._db.executescript(_SCHEMA))
         except (sqlite3.DatabaseError, OSError) as e:
-            kind = "a folder" if self.path.is_dir() else "not a store qdrift can open"
+            kind = ("a folder" if self.path.is_dir() else "held by another process for over 30 s"
+                    if "locked" in str(e) else "not a store qdrift can open")
             raise ValueError(f"store {self.path} is {kind} ({type(e).__name__}: {e}); a store is an SQLite file "
                              "qdrift writes: name a new file to start one, or the store a sweep wrote") from None
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()

@@ -34,7 +34,7 @@ from qdrift.formats.fp8 import fp8_round
 from qdrift.quant.schemes import check_divides, make_generator, number_format
 from qdrift.spec import KVScheme, TensorScheme
 
-DEFERRABLE = (DynamicLayer, DynamicSlidingWindowLayer)
+DEFERRABLE = (DynamicLayer,)  # sliding ones included: convert_cache swaps them for whole layers
 SUPPORTED = (DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer)
 
 
@@ -144,17 +144,17 @@ class KVTensorQuantizer:
             ready = (ready // self.token_block) * self.token_block
         return max(ready, 0)
 
-    def settle(self, states: torch.Tensor, pending: list[int], real: torch.Tensor) -> list[int]:
+    def settle(self, states: torch.Tensor, pending: list[int], real: torch.Tensor | None) -> list[int]:
         """Quantize, in place, each row's pending tokens that have left the window; return how many still
         wait per row. `real` [B, columns of `states`] marks the columns holding each row's real tokens
-        (a row's pending tokens are its newest real ones)."""
+        (a row's pending tokens are its newest real ones); None: every column does."""
         if self.observing or not self.deferred:
             return [0] * len(pending)
         ready = [self.ready(p) for p in pending]
         if not any(ready):
             return pending
         first = pending[0]
-        if all(p == first for p in pending) and bool(real[:, real.shape[1] - first :].all()):
+        if all(p == first for p in pending) and (real is None or bool(real[:, real.shape[1] - first :].all())):
             # Every row's pending tokens are the same trailing columns: one slice for all rows.
             end = states.shape[-2]
             start = end - first
@@ -202,13 +202,16 @@ def _update(self, base, key_states, value_states, *args, **kwargs):
         return keys, values
     batch, n = key_states.shape[0], key_states.shape[-2]
     new = _record_columns(self, batch, n)
-    real = _real_columns(self, keys.shape[-2])  # the returned states' columns
+    real = self._qdrift_real  # one flag per stored column: a deferred layer keeps every column (convert_cache)
+    if real is not None and real.shape[1] != keys.shape[-2]:
+        raise RuntimeError(f"{type(self).__name__} returned {keys.shape[-2]} columns, but {real.shape[1]} were written: "
+                           "a cache layer that drops columns cannot hold a KV spec with token blocks or a window")
     pk, pv = (p or [0] * batch for p in self._qdrift_pending)
     if q.keys is not None:
         pk = q.keys.settle(keys, [p + a for p, a in zip(pk, new, strict=True)], real)
     if q.values is not None:
         pv = q.values.settle(values, [p + a for p, a in zip(pv, new, strict=True)], real)
-    self._qdrift_pending = _clamp(self, (pk, pv))
+    self._qdrift_pending = (pk, pv)
     return keys, values
 
 
@@ -233,16 +236,12 @@ def _record_columns(layer, batch: int, n: int) -> list[int]:
         return [n] * batch
     if flags is None:
         flags = torch.ones(batch, n, dtype=torch.bool)
-    layer._qdrift_real = torch.cat([_real_columns(layer, layer._qdrift_columns), flags], dim=1)
+    record = layer._qdrift_real
+    if record is None:  # the first padding: every earlier column was real
+        record = torch.ones(batch, layer._qdrift_columns, dtype=torch.bool)
+    layer._qdrift_real = torch.cat([record, flags], dim=1)
     layer._qdrift_columns += n
     return flags.sum(dim=1).tolist()
-
-
-def _real_columns(layer, width: int) -> torch.Tensor:
-    """The last `width` columns of the layer's record [rows, width]: which hold each row's real tokens."""
-    if layer._qdrift_real is None:
-        return torch.ones(layer._qdrift_rows or 0, width, dtype=torch.bool)
-    return layer._qdrift_real[:, layer._qdrift_real.shape[1] - width :]
 
 
 @contextmanager
@@ -277,16 +276,6 @@ def _layers(cache: Cache) -> list:
     return getattr(getattr(cache, "self_attention_cache", None) or cache, "layers", [])
 
 
-def _stored(layer) -> int:
-    return layer.keys.shape[-2] if layer.keys is not None and layer.keys.dim() == 4 else 0
-
-
-def _clamp(layer, pending: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
-    """At most each row's real tokens still stored (a sliding layer lets old ones go)."""
-    held = _real_columns(layer, _stored(layer)).sum(dim=1).tolist()
-    return tuple([min(p, h) for p, h in zip(ps, held, strict=True)] for ps in pending)
-
-
 _CLASSES: dict[type, type] = {}
 
 
@@ -306,9 +295,11 @@ def quantized_layer_class(base: type) -> type:
             base.crop(self, tokens_to_remove)
             removed = min(before - self.get_seq_length(), self._qdrift_columns)
             if removed and self._qdrift_rows:
-                gone = _real_columns(self, removed).sum(dim=1).tolist()
                 self._qdrift_columns -= removed
-                if self._qdrift_real is not None:
+                if self._qdrift_real is None:
+                    gone = [removed] * self._qdrift_rows
+                else:
+                    gone = self._qdrift_real[:, self._qdrift_columns :].sum(dim=1).tolist()
                     self._qdrift_real = self._qdrift_real[:, : self._qdrift_columns]
                 self._qdrift_pending = tuple([max(0, p - g) for p, g in zip(ps, gone, strict=True)] if ps else ps
                                              for ps in self._qdrift_pending)
@@ -343,7 +334,7 @@ def _forget(layer) -> None:
     """No tokens pending and no columns recorded: a fresh layer's state."""
     layer._qdrift_pending = ([], [])  # per row, filled on the first write
     layer._qdrift_rows = None  # rows of the states written so far
-    layer._qdrift_columns = 0  # columns written so far (a sliding layer stores only the last ones)
+    layer._qdrift_columns = 0  # columns written so far
     layer._qdrift_real = None  # [rows, columns] bool, which hold each row's real tokens; None: all do
     # `_qdrift_written`, the flags `written_columns` declares for the current forward, is left alone:
     # it may be set before the forward that converts the layer.

@@ -227,10 +227,8 @@ class Store:
 
     def _has_results(self, ref: str) -> bool:
         """Whether any done cell of model `ref` is stored."""
-        for (config,) in self._db.execute("SELECT config FROM cells WHERE status = 'done'"):
-            if json.loads(config).get("model") == ref:
-                return True
-        return False
+        return self._db.execute("SELECT 1 FROM cells WHERE status = 'done' AND json_extract(config, '$.model') = ? "
+                                "LIMIT 1", (ref,)).fetchone() is not None
 
     def model_fingerprints(self) -> dict[str, str]:
         """{model reference: weights sha256} for every model this store has run."""

@@ -472,6 +472,13 @@ class QuantSpec:
         return self.prefill.is_noop and self.decode.is_noop and self.kv.is_noop
 
     @property
+    def per_forward(self) -> list[TensorScheme]:
+        """The schemes applied as the model runs, not once to its weights: both phases' activations and
+        the keys and values (those set)."""
+        schemes = [self.prefill.activations, self.decode.activations, self.kv.keys, self.kv.values]
+        return [s for s in schemes if s is not None]
+
+    @property
     def hash(self) -> str:
         """First 12 hex digits of the sha256 of the canonical string: stable across runs, for cache keys."""
         return hashlib.sha256(str(self).encode()).hexdigest()[:12]

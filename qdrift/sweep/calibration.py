@@ -74,7 +74,4 @@ def needs_calibration(spec: str) -> bool:
         return False
     from qdrift.spec import QuantSpec
 
-    s = QuantSpec.parse(spec)
-    acts = [getattr(s, phase).activations for phase in ("prefill", "decode")]
-    kv = [s.kv.keys, s.kv.values]
-    return any(x is not None and x.source == "static" for x in acts + kv)
+    return any(x.source == "static" for x in QuantSpec.parse(spec).per_forward)

@@ -110,9 +110,7 @@ def rounds_per_batch(spec: str) -> bool:
         return False
     from qdrift.spec import QuantSpec
 
-    parsed = QuantSpec.parse(spec)
-    schemes = [phase.activations for phase in (parsed.prefill, parsed.decode)] + [parsed.kv.keys, parsed.kv.values]
-    return any(s is not None and s.seed is not None for s in schemes)
+    return any(s.seed is not None for s in QuantSpec.parse(spec).per_forward)
 
 
 def device_kind(device: str | None) -> str | None:

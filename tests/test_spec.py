@@ -520,3 +520,11 @@ def test_a_served_fingerprint_names_the_spec_and_other_servers_name_none():
     assert served_tag(served_fingerprint(None)) == "baseline"
     for other in ("fp_44709d6fcb", "", None, "qdrift-baseline"):
         assert served_tag(other) is None
+
+
+def test_nvfp4_dynamic_activations_are_described_with_their_per_token_global_scale():
+    from qdrift.spec.describe import describe_scheme
+
+    spec = QuantSpec.parse("wnvfp4-anvfp4-kv:16")
+    assert "one FP32 scale per token" in describe_scheme(spec.prefill.activations, "activations")
+    assert "one FP32 scale per tensor" in describe_scheme(spec.prefill.weights, "weights")

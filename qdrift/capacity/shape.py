@@ -39,11 +39,6 @@ class KVLayout:
     latent_dim: int = 0
     index_dim: int = 0
 
-    def elements_per_token(self) -> int:
-        """Cache elements per token over all layers, on one replica holding every head."""
-        per_layer = self.latent_dim + self.index_dim if self.kind == "mla" else 2 * self.kv_heads * self.head_dim
-        return self.layers * per_layer
-
 
 @dataclass(frozen=True)
 class ModelShape:

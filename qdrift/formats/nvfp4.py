@@ -62,9 +62,9 @@ class NVFP4Format(NumberFormat):
         tensor: a tensor-wide amax would make a token's numerics depend on the other sequences and the
         padding in its batch. Serving stacks avoid that with a calibrated static global scale (qdrift's
         `@static`); dynamically, the token is the unit that does not depend on its batch."""
-        xb = to_blocks(x, NVFP4_BLOCK)
-        g = global_scale_of(xb.abs().amax(dim=(-2, -1), keepdim=True))
-        return Scales(scale=block_scales_of(xb.abs().amax(-1, keepdim=True), g), global_scale=g)
+        amax = to_blocks(x, NVFP4_BLOCK).abs().amax(-1, keepdim=True)  # per block
+        g = global_scale_of(amax.amax(-2, keepdim=True))
+        return Scales(scale=block_scales_of(amax, g), global_scale=g)
 
     def _effective(self, scales: Scales, like: torch.Tensor) -> torch.Tensor:
         scale = scales.scale.to(device=like.device, dtype=torch.float32)

@@ -47,13 +47,16 @@ def _granularity(s: TensorScheme, role: str) -> str:
     }[g]
 
 
-def _scales(s: TensorScheme) -> str:
+def _scales(s: TensorScheme, role: str) -> str:
     if s.source == "unit":
         return "unit scales (scale 1, no calibration)"
     clip = {"absmax": "absmax scales", "mse": "MSE-searched clipping"}.get(s.clip)
     text = clip or f"{s.clip[1:]}th-percentile clipping"
     if s.format in BLOCK_SCALES:
-        text += f" ({BLOCK_SCALES[s.format]})"
+        block = BLOCK_SCALES[s.format]
+        if s.format == "nvfp4" and role == "activations" and s.source == "dynamic":
+            block = block.replace("per tensor", "per token")  # formats.nvfp4.NVFP4Format.token_scales
+        text += f" ({block})"
     return text
 
 
@@ -69,7 +72,7 @@ def describe_scheme(scheme: TensorScheme | None, role: str | None = None, label:
     parts.append(
         "round-to-nearest-even" if scheme.seed is None else f"stochastic rounding (seed {scheme.seed})"
     )
-    parts.append(_scales(scheme))
+    parts.append(_scales(scheme, role))
     return f"{label or role}: {', '.join(parts)}"
 
 

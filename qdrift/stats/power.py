@@ -89,6 +89,8 @@ def power_equivalence(
         raise ValueError(f"margin must be positive, got {margin}")
     if abs(true_diff) > discordance:
         raise ValueError(f"|true_diff| {abs(true_diff)} cannot exceed the discordance rate {discordance}")
+    if n_items < fewest_for_equivalence(margin, alpha):
+        return 0.0  # even n agreeing items leave p = (1 - margin)^n > alpha (stats.paired.tost_p)
     se = math.sqrt((discordance - true_diff**2) / n_items)
     if se == 0:
         return float(abs(true_diff) < margin)
@@ -99,6 +101,14 @@ def power_equivalence(
             stats.norm.cdf((margin - true_diff) / se - z) - stats.norm.cdf((-margin - true_diff) / se + z),
         )
     )
+
+
+def fewest_for_equivalence(margin: float, alpha: float = 0.05) -> int:
+    """Items below which TOST can never show equivalence: with every item agreeing, the exact bound
+    its zero-SE rule uses is p = (1 - margin)^n (`qdrift.stats.paired.tost_p`), which must reach alpha."""
+    if margin >= 1:
+        return 1
+    return max(1, math.ceil(math.log(alpha) / math.log(1 - margin)))
 
 
 def n_for_equivalence(
@@ -112,12 +122,13 @@ def n_for_equivalence(
     def gap(n):
         return power_equivalence(n, margin, discordance, alpha, true_diff) - power
 
-    if gap(1) >= 0:  # a single item already has the power (a wide margin, little discordance)
-        return 1
-    hi = 2
+    fewest = fewest_for_equivalence(margin, alpha)
+    if gap(fewest) >= 0:  # the fewest items that can show it already have the power (little discordance)
+        return fewest
+    hi = 2 * fewest
     while gap(hi) < 0:
         hi *= 2
-    n = math.ceil(optimize.brentq(gap, 1, hi, xtol=1e-6))
+    n = math.ceil(optimize.brentq(gap, fewest, hi, xtol=1e-6))
     while gap(n) < 0:  # guard against brentq landing a hair below the root
         n += 1
     return n

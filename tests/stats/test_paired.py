@@ -237,6 +237,10 @@ def test_a_cluster_se_that_cancels_to_zero_does_not_make_equivalence():
     assert r.row(quantity="difference (cluster-robust)")["se"] == 0
     assert r.conclusion == "cannot claim equivalence"
     assert any("cluster-robust SE is 0" in n for n in r.notes)
+    # TOST rests on the item-level (CLT) SE: a zero SE alone would also say "cannot", from p = 1
+    clt = r.row(quantity="difference (CLT)")["se"]
+    tost = r.row(quantity="TOST ±0.01")
+    assert clt > 0 and tost["se"] == clt
 
 
 def test_accuracy_intervals_are_wilson_inside_zero_one():

@@ -96,7 +96,9 @@ def test_bad_input():
         mde_paired(2, discordance=0.1, power=0.99)
 
 
-def test_n_for_equivalence_is_one_when_one_item_already_has_the_power():
-    # a wide margin and almost no discordance: the power at n = 1 is already above 0.8
-    assert power_equivalence(1, 0.3, 0.01) >= 0.8
-    assert n_for_equivalence(margin=0.3, discordance=0.01) == 1
+def test_n_for_equivalence_is_at_least_the_fewest_items_tost_can_decide_on():
+    # A wide margin and almost no discordance: the normal approximation has the power at n = 1, but with
+    # every item agreeing TOST's p is (1 - 0.3)^n, below 0.05 only from n = 9 on (0.7^8 = 0.058).
+    assert 0.7**8 > 0.05 > 0.7**9
+    assert power_equivalence(8, 0.3, 0.01) == 0 and power_equivalence(9, 0.3, 0.01) >= 0.8
+    assert n_for_equivalence(margin=0.3, discordance=0.01) == 9

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from qdrift.backends.session import BatchSession
+from qdrift.quant.compare import kl_divergence
 
 # One episode's trace: per turn, (tokens fed before generating, generated token ids).
 Trace = list[tuple[list[int], list[int]]]
@@ -144,10 +145,7 @@ def _compare(rows, items, last, ids) -> list[TokenDrift]:
     lb = torch.stack([last[r][0] for r in rows]).double()
     lv = torch.stack([last[r][1] for r in rows]).double()
     logp_b, logp_v = torch.log_softmax(lb, dim=-1), torch.log_softmax(lv, dim=-1)
-    # A token the baseline gives probability 0 (a -inf logit, e.g. a masked vocabulary entry) adds 0,
-    # not 0 * (-inf - -inf) = nan; one only the variant rules out makes the KL inf, as it should.
-    terms = logp_b.exp() * (logp_b - logp_v)
-    kl = torch.where(torch.isneginf(logp_b), 0.0, terms).sum(-1).clamp_min(0.0)
+    kl = kl_divergence(logp_b, logp_v).clamp_min(0.0)  # (rounding can leave a hair below 0)
     agree = logp_b.argmax(-1) == logp_v.argmax(-1)
     toks = torch.tensor([tok for _, tok, _, _ in items], device=lb.device)
     at = torch.arange(len(rows), device=lb.device)

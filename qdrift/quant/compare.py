@@ -18,13 +18,19 @@ class LogitComparison:
     max_abs: float  # largest absolute logit difference
 
 
+def kl_divergence(logp_base: torch.Tensor, logp_variant: torch.Tensor) -> torch.Tensor:
+    """KL(base || variant) over the last axis of two log-probability tensors.
+
+    A token the base rules out (a -inf log-probability, e.g. a masked vocabulary entry) adds 0, not
+    0 * (-inf - -inf) = nan; one only the variant rules out makes the KL inf, as it should.
+    """
+    return torch.where(torch.isneginf(logp_base), 0.0, logp_base.exp() * (logp_base - logp_variant)).sum(-1)
+
+
 def compare_logits(baseline: torch.Tensor, quantized: torch.Tensor) -> LogitComparison:
     """Compare two logit tensors [..., vocab] position by position."""
     b, v = baseline.double(), quantized.double()
-    p, q = torch.log_softmax(b, dim=-1), torch.log_softmax(v, dim=-1)
-    # A token both rule out (a -inf logit in each, e.g. a masked vocabulary entry) adds 0, not
-    # 0 * (-inf - -inf) = nan; one only the quantized model rules out makes the KL inf, as it should.
-    kl = torch.where(torch.isneginf(p), 0.0, p.exp() * (p - q)).sum(-1)
+    kl = kl_divergence(torch.log_softmax(b, dim=-1), torch.log_softmax(v, dim=-1))
     agree = (baseline.argmax(-1) == quantized.argmax(-1)).float().mean()
     same = b == v  # equal entries, infinite ones included, differ by 0 (inf - inf would be nan)
     return LogitComparison(

@@ -28,10 +28,14 @@ def run_lmeval_task(model: Any, tokenizer: Any, task: Any) -> list[dict]:
 def check_task(name: str) -> str | None:
     """A task name qdrift resolves (its evals/ tasks, gsm8k_local, mmlu_local_<subject>) or one in
     lm-eval's own index (built once per process, a few seconds), else what is wrong."""
-    from qdrift.lmeval.tasks import _standard_manager, own_tasks
+    from qdrift.lmeval.tasks import _standard_manager, own_tasks, resolve_tasks
     from qdrift.spec.model import did_you_mean
 
-    if name in own_tasks() or name == "gsm8k_local" or name.startswith("mmlu_local_"):
+    try:  # the names qdrift resolves itself, as a run resolves them (an unknown MMLU subject included)
+        _, standard = resolve_tasks([name])
+    except (ValueError, FileNotFoundError) as e:
+        return str(e)
+    if not standard:
         return None
     index = _standard_manager().task_index
     if name in index:

@@ -197,6 +197,7 @@ def test_an_environment_without_a_maximum_horizon_can_be_swept(tmp_path):
     ("bfcl", "simple_typo", "Unknown BFCL category 'simple_typo'"),
     ("bfcl", "irrelevance", "BFCL category 'irrelevance' is not supported"),
     ("lmeval", "organism_keys_mcq", "no lm-eval task 'organism_keys_mcq'.*Did you mean 'organism_keys_mc'"),
+    ("lmeval", "mmlu_local_anatomyy", "unknown MMLU subject 'anatomyy'"),  # the run would fail on it
 ])
 def test_a_short_form_task_its_runner_does_not_know_is_refused_before_any_cell_runs(runner, task, message):
     pytest.importorskip("lm_eval")

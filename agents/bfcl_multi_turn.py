@@ -29,6 +29,7 @@ from qdrift.bfcl.multi_turn import (
     make_instances,
     method_table,
     parse_call_string,
+    usable_entry_ids,
 )
 from qdrift.envs.base import StepResult, ToolCall
 from qdrift.envs.schema import ToolSchemas, call_text
@@ -72,10 +73,12 @@ class BFCLMultiTurn:
         self.flat_truth = [c for turn in self.truth_calls for c in turn]
         self.reset()
 
-    @property
-    def instance_key(self) -> str:
-        """The BFCL entry this episode plays: seeds that give the same entry are the same item."""
-        return self.entry["id"]
+    @classmethod
+    def instance_key(cls, seed: int, category: str = "multi_turn_base", entry: int | None = None, **_knobs) -> str:
+        """The BFCL entry a seed plays, without building the episode (a sweep asks it for every seed):
+        seeds that give the same entry are the same item."""
+        ids = usable_entry_ids(category)
+        return ids[entry if entry is not None else seed % len(ids)]
 
     def tools(self) -> list[dict]:
         return self._tools

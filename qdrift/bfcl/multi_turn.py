@@ -42,6 +42,11 @@ def load_multi_turn(category: str = "multi_turn_base") -> list[dict]:
     return copy.deepcopy(_usable_entries(category))
 
 
+def usable_entry_ids(category: str = "multi_turn_base") -> list[str]:
+    """The ids of `load_multi_turn(category)`'s entries, in order, without copying the entries."""
+    return [e["id"] for e in _usable_entries(category)]
+
+
 @lru_cache(maxsize=4)
 def _usable_entries(category: str) -> list[dict]:
     from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING

@@ -464,7 +464,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
                 field = "knobs" if knobs else "horizons"
                 c.error(task.line_of(field), f"{where}{field}: {e} (at horizon {h})")
                 return None
-        repeated = _repeated_instances(env, cls, horizons[0], seeds, knobs)
+        repeated = _repeated_instances(env, cls, seeds, knobs)
         if repeated:
             c.error(task.line_of("seeds"), f"{where}seeds: {repeated}")
             return None
@@ -476,17 +476,17 @@ def _max_horizon(cls) -> float:
     return getattr(cls, "max_horizon", math.inf)
 
 
-def _repeated_instances(env: str, cls, horizon: int, seeds: list[int], knobs: dict) -> str | None:
-    """For an environment drawn from a finite set of instances (one that names each instance with an
-    `instance_key`, as BFCL's entries), the seeds that would give an instance twice: the statistics
-    take every seed for an independent instance, so a repeat would count one item twice."""
+def _repeated_instances(env: str, cls, seeds: list[int], knobs: dict) -> str | None:
+    """For an environment drawn from a finite set of instances (one whose `instance_key(seed, **knobs)`
+    classmethod names the instance a seed plays, as BFCL's entries), the seeds that would give an
+    instance twice: the statistics take every seed for an independent instance, so a repeat would
+    count one item twice."""
     if not hasattr(cls, "instance_key"):
         return None
-    from qdrift.envs.registry import make_environment
 
     first: dict = {}
     for seed in seeds:
-        key = make_environment(env, horizon=horizon, seed=seed, split="eval", **knobs).instance_key
+        key = cls.instance_key(seed=seed, **knobs)
         if key in first:
             return (f"seeds {first[key]} and {seed} give the same {env} instance ({key}); {len(first)} seeds "
                     f"give distinct ones here, so ask for at most {len(first)} (or a list of seeds that differ)")

@@ -177,3 +177,12 @@ def test_a_turn_without_any_call_fails_as_in_bfcls_checker():
     assert not bfcl["valid"] and bfcl["error_type"] == "multi_turn:empty_turn_model_response"
     assert [v["valid"] for v in e.turn_verdicts] == [True, False] + [True] * (len(e.turns) - 2)
     assert e.turn_verdicts[1]["error_type"] == "multi_turn:empty_turn_model_response" and not e.success()
+
+
+def test_the_instance_key_of_a_seed_is_the_entry_its_episode_plays():
+    # A sweep asks the classmethod for every seed instead of building each episode.
+    from qdrift.envs.registry import make_environment
+
+    for seed, knobs in [(0, {}), (5, {}), (196, {}), (197, {}), (3, {"entry": 40}), (7, {"category": "multi_turn_long_context"})]:
+        env = make_environment("bfcl_multi_turn", 1, seed, **knobs)
+        assert type(env).instance_key(seed=seed, **knobs) == env.entry["id"]

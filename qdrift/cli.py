@@ -10,8 +10,6 @@ import sys
 def _load(model_ref: str, dtype: str):
     """A model reference as every command takes it (qdrift.models.refs: organism, smollm2, tiny:ARCH or
     a local folder; never the hub at run time). A local folder may come without a tokenizer."""
-    from pathlib import Path
-
     import torch
 
     from qdrift.models.refs import check_model_ref, load_model_ref
@@ -20,16 +18,7 @@ def _load(model_ref: str, dtype: str):
     problem = check_model_ref(model_ref)
     if problem:
         raise SystemExit(f"qdrift: {problem}")
-    if not Path(model_ref).is_dir():
-        return load_model_ref(model_ref, dtype=torch_dtype)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(model_ref, dtype=torch_dtype, local_files_only=True).eval()
-    try:
-        tok = AutoTokenizer.from_pretrained(model_ref, local_files_only=True)
-    except (OSError, ValueError):
-        tok = None
-    return model, tok
+    return load_model_ref(model_ref, dtype=torch_dtype, require_tokenizer=False)
 
 
 def _calibration(arg: str | None, model, tok, seq_len: int = 64, n: int = 4):

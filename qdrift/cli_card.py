@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def cmd_card(args) -> int:
     from qdrift.report.card import CardError, build_card, write_card
@@ -19,17 +17,14 @@ def cmd_card(args) -> int:
         spec = QuantSpec() if args.spec == "baseline" else QuantSpec.parse(args.spec)
     except ValueError as e:
         raise SystemExit(f"qdrift card: bad --spec: {e}") from None
-    if args.store and not Path(args.store).is_file():  # opening it would create an empty store, and a card of nothing
-        raise SystemExit(f"qdrift card: no results store at {args.store} (run `qdrift sweep run FILE --store "
-                         f"{args.store}` first)")
     tool_calls, data, short_form, long_horizon = None, [], [], []
     try:
         if args.verify:
             tool_calls, data = tool_calls_from_verify(args.verify, args.verify_endpoint)
-        if args.store:
-            from qdrift.store import Store
+        if args.store:  # opened as the sweep commands open it: a missing one is refused, not carded as empty
+            from qdrift.cli_sweep import open_store
 
-            with Store(args.store) as store:
+            with open_store(args.store, existing=True) as store:
                 short_form = short_form_from_store(store, args.baseline, str(spec), args.store_model)
                 long_horizon = long_horizon_from_store(store, args.baseline, str(spec), args.store_model)
                 weights = store.model_fingerprints()

@@ -76,7 +76,7 @@ def cmd_sweep_run(args) -> int:
         chosen = executor_for(sweep, address=args.ray_address)
     except ImportError as e:
         raise SystemExit(f"qdrift: {e}") from None
-    with _open_store(path) as store:
+    with open_store(path) as store:
         sink = _sink(args, sweep, store, path)
         try:
             outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
@@ -103,7 +103,7 @@ def cmd_sweep_cell(args) -> int:
         raise SystemExit(f"qdrift: {e}") from None
     if args.threads:
         sweep = replace(sweep, threads=args.threads)
-    with _open_store(path) as store:
+    with open_store(path) as store:
         sink = _sink(args, sweep, store, path)
         if store.status(cell.key) == "done":
             print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
@@ -169,7 +169,7 @@ def cmd_sweep_status(args) -> int:
     cells = unique_cells(sweep)
     recorded = {}
     if path.exists():
-        with _open_store(path) as store:
+        with open_store(path) as store:
             recorded = {c["key"]: c for c in store.cells()}
     counts = {"done": 0, "failed": 0, "pending": 0}
     for cell in cells:
@@ -193,7 +193,7 @@ def _print_report(path: Path, sweep) -> None:
     from qdrift.compare import build_report
     from qdrift.sweep import unique_cells
 
-    with _open_store(path) as store:
+    with open_store(path) as store:
         out = build_report(store, out=Path(path).with_suffix(".md"), keys={c.key for c in unique_cells(sweep)})
     print()
     print(Path(out).read_text())
@@ -204,14 +204,11 @@ def cmd_compare(args) -> int:
     from qdrift.compare import build_report
 
     path = Path(args.store)
-    if not path.is_file():
-        raise SystemExit(f"qdrift: no results store at {path} (run `qdrift sweep run FILE --store {path}` first)")
-    with _open_store(path) as store:
-        configs = sorted({c["config"].get("config") for c in store.cells("done")} - {None})
-        if args.baseline is not None and configs and args.baseline not in configs:  # a typo: "no baseline" notes only
-            raise SystemExit(f"qdrift: no done cell has config {args.baseline!r} (--baseline); configs in "
-                             f"{path}: {', '.join(configs)}")
-        out = build_report(store, baseline=args.baseline or "baseline", out=args.out or path.with_suffix(".md"))
+    with open_store(path, existing=True) as store:
+        try:
+            out = build_report(store, baseline=args.baseline, out=args.out or path.with_suffix(".md"))
+        except ValueError as e:  # e.g. a --baseline no done cell has
+            raise SystemExit(f"qdrift: {e}") from None
     print(f"report: {out}")
     return 0
 
@@ -263,10 +260,14 @@ def add_parser(sub) -> None:
     c.set_defaults(func=cmd_compare)
 
 
-def _open_store(path):
-    """The store at `path`, or the reason it cannot be opened as a clean error (not a traceback)."""
+def open_store(path, existing: bool = False):
+    """The store at `path`, or the reason it cannot be opened as a clean error (not a traceback); every
+    command taking --store opens it here, so each names a bad store alike. `existing`: a missing file is
+    refused, not created, for commands that only read (an empty store reports nothing)."""
     from qdrift.store import Store
 
+    if existing and not Path(path).exists():
+        raise SystemExit(f"qdrift: no results store at {path} (run `qdrift sweep run FILE --store {path}` first)")
     try:
         return Store(path)
     except ValueError as e:

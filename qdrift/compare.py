@@ -214,13 +214,26 @@ def reported_cells(cells: list[dict]) -> tuple[list[dict], list[dict]]:
     return kept, superseded
 
 
-def build_report(store: Store, baseline: str = "baseline", out: str | Path = "report.md",
+def _check_baseline(baseline: str, cells: list[dict], store: Store) -> None:
+    """Refuse a baseline no done cell has: a typo would otherwise give a report of "no baseline" notes."""
+    configs = sorted({c["config"].get("config") for c in cells if c["status"] == "done"} - {None})
+    if configs and baseline not in configs:
+        raise ValueError(f"no done cell has config {baseline!r} (the baseline asked for); configs in "
+                         f"{store.path}: {', '.join(configs)}")
+
+
+def build_report(store: Store, baseline: str | None = None, out: str | Path = "report.md",
                  keys: set[str] | None = None) -> Path:
     """Write the markdown report for the done cells in `store` (only `keys`, when given) to `out`
-    (plots beside it)."""
+    (plots beside it). A `baseline` named but in no done cell is refused; the default, "baseline",
+    is not, so a store of variants only still gets its report."""
+    cells = [c for c in store.cells() if keys is None or c["key"] in keys]
+    if baseline is None:
+        baseline = "baseline"
+    else:
+        _check_baseline(baseline, cells, store)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cells = [c for c in store.cells() if keys is None or c["key"] in keys]
     failed = [c for c in cells if c["status"] == "failed"]
     done, superseded = reported_cells([c for c in cells if c["status"] == "done"])
     lines = [f"# qdrift comparison: {store.path.name}", "",

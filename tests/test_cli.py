@@ -42,3 +42,20 @@ def test_static_spec_calibrates_on_random_tokens(capsys):
 def test_bad_arguments_exit_with_a_message(argv, message):
     with pytest.raises((SystemExit, ValueError), match=message):
         main(argv)
+
+
+def test_a_model_folder_without_a_tokenizer_loads_where_the_tokenizer_is_optional(tmp_path):
+    # quantize and real-parity feed random token ids: a folder of weights and config is enough for them.
+    import torch
+
+    from qdrift.cli import _load
+    from qdrift.models.refs import load_model_ref
+    from qdrift.tiny import tiny_model
+
+    tiny_model("llama").save_pretrained(tmp_path)
+    with pytest.raises((OSError, ValueError)):  # by default a folder must bring its tokenizer
+        load_model_ref(str(tmp_path))
+    model, tok = load_model_ref(str(tmp_path), require_tokenizer=False)
+    assert tok is None and not model.training
+    model, tok = _load(str(tmp_path), "bfloat16")
+    assert tok is None and model.dtype == torch.bfloat16

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from qdrift.cli import main
+from qdrift.compare import build_report
 from qdrift.store import Store, cell_key
 
 
@@ -179,6 +180,15 @@ def test_a_baseline_no_cell_has_is_refused_naming_the_configs(tmp_path):
         fill(store)
     with pytest.raises(SystemExit, match="no done cell has config 'basline'.*configs in .*: baseline"):
         main(["compare", "--store", str(tmp_path / "r.sqlite"), "--baseline", "basline"])
+
+
+def test_build_report_refuses_a_baseline_no_cell_has_naming_the_configs(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        fill(store)
+        with pytest.raises(ValueError, match="no done cell has config 'basline'.*configs in .*: baseline, "
+                                             "w4g128-a16-kv:16$"):
+            build_report(store, baseline="basline", out=tmp_path / "report.md")
+    assert not (tmp_path / "report.md").exists()
 
 
 def test_a_baseline_rerun_on_an_edited_environment_is_never_paired_with_variants_of_the_old_file(tmp_path):

@@ -35,8 +35,10 @@ def check_model_ref(ref: str) -> str | None:
             f"valid built-ins: {', '.join(BUILTIN)}")
 
 
-def load_model_ref(ref: str, dtype: Any = None) -> tuple[Any, Any]:
-    """(model, tokenizer) for a reference, the model in eval mode, fp32 unless `dtype` says otherwise."""
+def load_model_ref(ref: str, dtype: Any = None, require_tokenizer: bool = True) -> tuple[Any, Any]:
+    """(model, tokenizer) for a reference, the model in eval mode, fp32 unless `dtype` says otherwise.
+    With `require_tokenizer=False` a local folder without a tokenizer gives None for it, for commands
+    that feed the model token ids of their own."""
     problem = check_model_ref(ref)
     if problem:
         raise ValueError(problem)
@@ -58,4 +60,9 @@ def load_model_ref(ref: str, dtype: Any = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()
-    return model, AutoTokenizer.from_pretrained(ref, local_files_only=True)
+    try:
+        return model, AutoTokenizer.from_pretrained(ref, local_files_only=True)
+    except (OSError, ValueError):
+        if require_tokenizer:
+            raise
+        return model, None

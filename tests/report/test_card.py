@@ -159,6 +159,19 @@ def test_a_missing_store_is_refused_not_created_and_carded_as_empty(tmp_path):
     assert not (tmp_path / "typo.sqlite").exists()
 
 
+@pytest.mark.parametrize("make, problem", [(lambda p: p.write_text("not a database"), "is not a store qdrift can open"),
+                                           (lambda p: p.mkdir(), "is a folder")], ids=["not-sqlite", "folder"])
+def test_a_store_that_cannot_be_opened_is_refused_as_the_sweep_commands_refuse_it(tmp_path, make, problem):
+    store = tmp_path / "s.sqlite"
+    make(store)
+    with pytest.raises(SystemExit) as card:
+        main(["card", "--spec", SPEC, "--served-model", "m", "--store", str(store), "--out", str(tmp_path / "c")])
+    with pytest.raises(SystemExit) as compare:
+        main(["compare", "--store", str(store)])
+    assert str(card.value) == str(compare.value)
+    assert str(card.value).startswith(f"qdrift: store {store} {problem}")
+
+
 def test_a_card_for_the_baseline_takes_the_word_baseline(tmp_path):
     assert main(["card", "--spec", "baseline", "--served-model", "m", "--out", str(tmp_path / "c")]) == 0
     assert load_card(tmp_path / "c" / "card.json")["spec"] == "w16-a16-kv:16"

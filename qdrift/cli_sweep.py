@@ -167,22 +167,31 @@ def cmd_sweep_status(args) -> int:
 
     sweep, path = _load(args)
     cells = unique_cells(sweep)
-    recorded = {}
+    recorded, running, pids, interrupted = {}, set(), {}, set()
     if path.exists():
         with open_store(path) as store:
             recorded = {c["key"]: c for c in store.cells()}
-    counts = {"done": 0, "failed": 0, "pending": 0}
+            # Another run sharing the store is running these now; started and never recorded, those.
+            running = {c.key for c in cells if store.peek(c.key) == "held"}
+            pids = {k: store.holders([k]) for k in running}
+            interrupted = store.interrupted()
+    counts = {"done": 0, "failed": 0, "running": 0, "pending": 0}
     for cell in cells:
         rec = recorded.get(cell.key)
-        status = rec["status"] if rec else "pending"
+        status = "running" if cell.key in running else rec["status"] if rec else "pending"
         counts[status] += 1
         detail = ""
-        if rec and status == "done":
+        if status == "running":
+            detail = f"by the run of pid {', '.join(map(str, pids[cell.key]))}"
+        elif rec and status == "done":
             detail = f"{rec['rows']} rows, {rec['wall_s']:.1f} s"
+        elif cell.key in interrupted:
+            detail = "interrupted: a run started it and never recorded it (killed, or crashed in it)"
         elif rec:
             detail = (rec["error"] or "").splitlines()[0] if rec["error"] else ""
         print(f"{status:>8}  {cell.key}  {cell.label}  {detail}".rstrip())
-    print(f"{sweep.name}: {len(cells)} cells, {counts['done']} done, {counts['failed']} failed, "
+    now = f", {counts['running']} running" if counts["running"] else ""
+    print(f"{sweep.name}: {len(cells)} cells, {counts['done']} done, {counts['failed']} failed{now}, "
           f"{counts['pending']} pending (store: {path})")
     return 0
 

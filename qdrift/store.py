@@ -5,6 +5,8 @@ content hash of that configuration (`cell_key`), so a rerun of the same grid fin
 cells and skips them, while any change to the configuration makes a new cell. A finished cell's
 rows and its `done` mark are written in one transaction: a crash (even `kill -9`) leaves either
 the whole cell or nothing, never rows without a cell or a cell marked done with rows missing.
+Runs sharing a store claim each cell before running it (`running`, `claim`), so none is run twice
+while its run is alive and a killed run's cells are taken over (qdrift.run_slots).
 
     store = Store("results.sqlite")
     store.record_done(key, config, {"episode": [...], "step": [...]}, started, finished)
@@ -17,11 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from qdrift import run_slots
 
 SCHEMA_VERSION = 2  # 2: rows may be of kind 'drift' (version 1 stores are migrated on open, losslessly)
 KINDS = ("episode", "step", "item", "drift")  # agent episodes, agent steps, short-form items, teacher-forced tokens
@@ -46,6 +53,11 @@ CREATE TABLE IF NOT EXISTS cells (
 -- killed or crashed), and a rerun takes it after the others. Not part of the schema version: an
 -- older qdrift ignores the table.
 CREATE TABLE IF NOT EXISTS started (key TEXT PRIMARY KEY, at REAL NOT NULL);
+-- Which run started each of those cells (a run slot and the run's token, qdrift.run_slots), and which
+-- run holds each slot now: a started cell whose run still holds its slot is being run, not interrupted.
+CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, slot INTEGER NOT NULL, token TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (slot INTEGER PRIMARY KEY, token TEXT NOT NULL, pid INTEGER NOT NULL,
+                                 since REAL NOT NULL);
 """
 _ROWS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -102,6 +114,7 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._run: run_slots.RunSlot | None = None  # held while a sweep runs cells into the store (`running`)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
@@ -191,6 +204,7 @@ class Store:
                 (key, canonical_json(config), status, error, started, finished, finished - started, time.time()))
             db.executemany("INSERT INTO rows (cell, kind, data) VALUES (?, ?, ?)", payload)
             db.execute("DELETE FROM started WHERE key = ?", (key,))
+            db.execute("DELETE FROM claims WHERE key = ?", (key,))
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -201,10 +215,86 @@ class Store:
         """Note that a run is starting cell `key`; recording it done or failed clears the note."""
         self._db.execute("INSERT OR REPLACE INTO started VALUES (?, ?)", (key, time.time()))
 
+    @contextmanager
+    def running(self):
+        """Hold a run slot while a sweep runs cells into this store, so that other runs sharing it see
+        which cells this one is running (`claim`). Without flock (Windows) nothing is held, and runs
+        sharing a store each run every pending cell, as before claims existed."""
+        if not run_slots.supported() or self._run is not None:
+            yield
+            return
+        self._run = run_slots.RunSlot(self._runs_folder)
+        self._token = secrets.token_hex(8)
+        _while_locked(lambda: self._db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
+                                               (self._run.slot, self._token, os.getpid(), time.time())))
+        try:
+            yield
+        finally:
+            self._run.close()
+            self._run = None
+
+    @property
+    def _runs_folder(self) -> Path:
+        return Path(f"{self.path}-runs")
+
+    def claim(self, key: str, since: float | None = None) -> str:
+        """Take cell `key` for this run: 'ours' (noted as started), or why not (`peek`)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            state = self.peek(key, since)
+            if state == "free":
+                state = "ours"
+                db.execute("INSERT OR REPLACE INTO started VALUES (?, ?)", (key, time.time()))
+                if self._run is not None:
+                    db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)", (key, self._run.slot, self._token))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return state
+
+    def peek(self, key: str, since: float | None = None) -> str:
+        """Whether cell `key` is 'done', 'failed' at or after `since` (the time a run began: another run
+        tried it meanwhile, and a rerun retries it), 'held' (another live run sharing the store is
+        running it) or 'free' to run."""
+        found = self._db.execute("SELECT status, finished FROM cells WHERE key = ?", (key,)).fetchone()
+        if found is not None and found[0] == "done":
+            return "done"
+        if found is not None and since is not None and found[1] is not None and found[1] >= since:
+            return "failed"
+        return "held" if self._held_elsewhere(key) else "free"
+
+    def error(self, key: str) -> str | None:
+        """The error a failed cell was recorded with."""
+        found = self._db.execute("SELECT error FROM cells WHERE key = ?", (key,)).fetchone()
+        return found[0] if found else None
+
+    def _held_elsewhere(self, key: str) -> bool:
+        """Whether another run that is still alive started cell `key`."""
+        found = self._db.execute(
+            "SELECT c.slot, c.token FROM started s JOIN claims c ON c.key = s.key "
+            "JOIN runs r ON r.slot = c.slot AND r.token = c.token WHERE s.key = ?", (key,)).fetchone()
+        if found is None:  # never claimed, or its slot has since gone to another run
+            return False
+        if self._run is not None and found[1] == self._token:
+            return False  # this run's own
+        return run_slots.alive(self._runs_folder, found[0])
+
+    def holders(self, keys: Iterable[str]) -> list[int]:
+        """The process ids of the live runs holding any of `keys`."""
+        keys = list(keys)
+        found = self._db.execute(
+            f"SELECT DISTINCT r.pid FROM claims c JOIN runs r ON r.slot = c.slot AND r.token = c.token "
+            f"WHERE c.key IN ({','.join('?' * len(keys))})", keys).fetchall()
+        return sorted(pid for (pid,) in found)
+
     def interrupted(self) -> set[str]:
-        """Keys of cells a run started and never recorded (killed or crashed while running them)."""
-        return {k for (k,) in self._db.execute(
+        """Keys of cells a run started and never recorded (killed or crashed while running them); a
+        cell another live run is running now is not one."""
+        keys = {k for (k,) in self._db.execute(
             "SELECT s.key FROM started s LEFT JOIN cells c ON c.key = s.key WHERE c.status IS NOT 'done'")}
+        return {k for k in keys if not self._held_elsewhere(k)}
 
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.

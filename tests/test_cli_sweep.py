@@ -1,8 +1,13 @@
 """`qdrift sweep run` and `qdrift sweep status` from the command line."""
 
+import os
+
 import pytest
 
+from qdrift import run_slots
 from qdrift.cli import main
+from qdrift.store import Store
+from qdrift.sweep import parse_sweep, unique_cells
 
 TEXT = """\
 name: cli
@@ -96,3 +101,21 @@ def test_a_model_folder_without_weights_is_named_not_a_traceback(tmp_path):
     sweep.write_text(TEXT.replace("tiny:llama", str(folder)))
     with pytest.raises(SystemExit, match="qdrift sweep: model .* no weight file"):
         main(["sweep", "run", str(sweep), "--store", str(tmp_path / "s.sqlite"), "--quiet"])
+
+
+@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+def test_status_shows_the_cells_another_run_is_running_and_the_ones_a_run_left_unrecorded(tmp_path, capsys):
+    sweep, path = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep.write_text(TEXT.replace("horizons: [1]", "horizons: [1, 2]"))
+    first, second = unique_cells(parse_sweep(sweep.read_text()))
+    with Store(path) as store:
+        with store.running():
+            store.claim(first.key)
+            main(["sweep", "status", str(sweep), "--store", str(path)])
+            text = capsys.readouterr().out
+            assert f" running  {first.key}  {first.label}  by the run of pid {os.getpid()}" in text
+            assert "2 cells, 0 done, 0 failed, 1 running, 1 pending" in text
+    main(["sweep", "status", str(sweep), "--store", str(path)])  # that run ended without recording it
+    text = capsys.readouterr().out
+    assert f" pending  {first.key}  {first.label}  interrupted: a run started it and never recorded it" in text
+    assert f" pending  {second.key}  {second.label}\n" in text and "0 failed, 2 pending" in text

@@ -1,11 +1,12 @@
 """The results store: round trip to tidy rows, content-hash keys, one transaction per cell."""
 
 import json
+import os
 import sqlite3
 
 import pytest
 
-from qdrift import stats
+from qdrift import run_slots, stats
 from qdrift.store import SCHEMA_VERSION, Store, cell_key
 
 CONFIG = {"model": "organism", "config": "w8-a16-kv:16", "spec": "w8-a16-kv:16", "spec_hash": "abc",
@@ -185,3 +186,28 @@ def test_processes_opening_a_new_store_together_all_write_their_cells(tmp_path):
         assert [p.exitcode for p in procs] == [0] * 6
         with Store(path) as store:
             assert len(store.cells()) == 6
+
+
+@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+def test_a_cell_another_live_run_claimed_is_held_until_recorded_and_free_once_that_run_ends(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as a, Store(path) as b:
+        with a.running():
+            assert a.claim("k1") == "ours" and a.claim("k2") == "ours"
+            with b.running():
+                assert b.claim("k1") == "held" and b.holders(["k1", "nope"]) == [os.getpid()]
+                assert b.interrupted() == set()  # being run, not interrupted
+                a.record_done("k1", {"n": 1}, {"episode": [episode(1, True)]}, 0.0, 1.0)
+                assert b.claim("k1") == "done"
+        # a's run ended without recording k2 (as a killed run would): another run takes it over
+        with b.running():
+            assert b.interrupted() == {"k2"}
+            assert b.claim("k2") == "ours" and b.claim("k2") == "ours"  # a run's own claim stays its own
+
+
+def test_a_cell_recorded_failed_since_a_run_began_is_not_retried_by_it(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store, store.running():
+        store.record_failed("k", {"n": 1}, "RuntimeError: boom", 10.0, 11.0)
+        assert store.claim("k", since=12.0) == "ours"  # failed before this run began: retried
+        store.record_failed("k", {"n": 1}, "RuntimeError: boom", 13.0, 14.0)
+        assert store.claim("k", since=12.0) == "failed" and store.error("k") == "RuntimeError: boom"

@@ -32,8 +32,9 @@ class CellResult:
 
 
 class Executor(Protocol):
-    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
-        """Run `cells`; yield each one's result as it finishes (`on_start` is told when one begins)."""
+    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], bool | None] | None = None) -> Iterator[CellResult]:
+        """Run `cells`; yield each one's result as it finishes. `on_start` is asked just before a cell
+        begins; a cell it answers False for is skipped (another run sharing the store has it)."""
         ...
 
 
@@ -54,14 +55,14 @@ class LocalExecutor:
         self.runner = runner
         self.threads = threads
 
-    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
+    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], bool | None] | None = None) -> Iterator[CellResult]:
         if self.threads:
             import torch
 
             torch.set_num_threads(self.threads)
         for cell in cells:
-            if on_start:
-                on_start(cell)
+            if on_start is not None and on_start(cell) is False:
+                continue
             yield run_cell(self.runner, cell)
 
 
@@ -73,9 +74,12 @@ class SweepOutcome:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell label, first line of the error)
     sink_error: str | None = None  # the result sink (e.g. W&B) failed and was not called again
     interrupted: int = 0  # pending cells an earlier run started and never recorded: run last
+    elsewhere: int = 0  # pending cells another run sharing the store finished meanwhile
 
     def summary(self) -> str:
-        text = f"{self.total} cells: {self.skipped} already done, {self.done} run now, {len(self.failed)} failed"
+        by_others = f", {self.elsewhere} finished by another run sharing the store" if self.elsewhere else ""
+        text = (f"{self.total} cells: {self.skipped} already done, {self.done} run now{by_others}, "
+                f"{len(self.failed)} failed")
         lines = [text, *(f"  failed: {label}: {err}" for label, err in self.failed)]
         if self.interrupted:
             lines.append(f"  {self.interrupted} cell(s) had been started by a run that never recorded them (killed, or "
@@ -112,11 +116,15 @@ def executor_for(sweep: Sweep, address: str | None = None) -> Executor:
 
 
 def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True,
-              on_result: Callable[[CellResult], None] | None = None) -> SweepOutcome:
+              on_result: Callable[[CellResult], None] | None = None, poll_s: float = 5.0) -> SweepOutcome:
     """Run every cell of `sweep` not already done in `store` (failed ones are retried).
 
     Each model's weight files are fingerprinted first and checked against the store's record
     (`Store.check_model`), so retrained weights under the same name raise instead of resuming.
+
+    Runs may share a store: each claims a cell just before running it (`Store.claim`) and skips the
+    cells another live run is running, then waits for those (checking every `poll_s` seconds) and
+    runs any whose run died before recording them. Two runs of one grid split its cells between them.
 
     `on_result` (e.g. a W&B sink) sees each result after it is committed to the store, so a sink
     that fails never costs a measured cell; after its first failure it is not called again, and the
@@ -129,43 +137,78 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     if executor is None:
         executor = executor_for(sweep)
     cells = unique_cells(sweep)
-    pending = [c for c in cells if store.status(c.key) != "done"]
-    # A cell an earlier run started and never recorded may be one that kills its process (a crash,
-    # an out-of-memory kill): it runs after the others, so it cannot keep them from ever running.
-    interrupted = store.interrupted()
-    pending.sort(key=lambda c: c.key in interrupted)
-    outcome = SweepOutcome(len(cells), len(cells) - len(pending),
-                           interrupted=sum(c.key in interrupted for c in pending))
-    bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
-
-    def on_start(cell: Cell) -> None:
-        store.mark_started(cell.key)
-        bar.set_postfix_str(cell.label)
-
-    try:
-        for result in executor.submit(pending, on_start=on_start):
-            cell = result.cell
-            if result.error is None:
-                store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished)
-                outcome.done += 1
-            elif store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished):
-                outcome.failed.append((cell.label, result.error.splitlines()[0]))
-                bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
-            else:  # another run sharing the store finished this cell meanwhile: its results stand
-                outcome.done += 1
-                bar.write(f"kept: {cell.label} was finished by another run sharing the store; this attempt "
-                          f"failed ({result.error.splitlines()[0]})")
-            if on_result is not None and outcome.sink_error is None:
-                try:
-                    on_result(result)
-                except Exception as e:  # noqa: BLE001 - a sink must not stop the sweep; said, not hidden
-                    outcome.sink_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    bar.write(f"the result sink failed on {cell.label} ({outcome.sink_error}); the sweep goes on "
-                              "without it, and every cell is still stored")
-            bar.update(1)
-    finally:
-        bar.close()
+    with store.running():
+        began = time.time()
+        pending = [c for c in cells if store.status(c.key) != "done"]
+        # A cell an earlier run started and never recorded may be one that kills its process (a crash,
+        # an out-of-memory kill): it runs after the others, so it cannot keep them from ever running.
+        interrupted = store.interrupted()
+        pending.sort(key=lambda c: c.key in interrupted)
+        outcome = SweepOutcome(len(cells), len(cells) - len(pending),
+                               interrupted=sum(c.key in interrupted for c in pending))
+        bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
+        try:
+            held = _run_claimed(pending, store, executor, outcome, bar, on_result, began)
+            told = False
+            while held:  # cells other live runs are running: wait for them, take over any whose run died
+                if not told:
+                    pids = ", ".join(map(str, store.holders(c.key for c in held)))
+                    bar.write(f"waiting for {len(held)} cell(s) that another run sharing the store is running "
+                              f"(pid {pids}); a cell whose run dies unrecorded is run here")
+                    told = True
+                time.sleep(poll_s)
+                ready = [c for c in held if store.peek(c.key, began) != "held"]
+                if ready:  # recorded meanwhile, or their run died: account for them (or run them) now
+                    held = [c for c in held if c not in ready]
+                    held += _run_claimed(ready, store, executor, outcome, bar, on_result, began)
+        finally:
+            bar.close()
     return outcome
+
+
+def _run_claimed(cells: list[Cell], store: Store, executor: Executor, outcome: SweepOutcome, bar,
+                 on_result, began: float) -> list[Cell]:
+    """Run those of `cells` this run can claim, record each result; return the ones other runs hold."""
+    held: list[Cell] = []
+
+    def on_start(cell: Cell) -> bool:
+        state = store.claim(cell.key, since=began)
+        if state == "ours":
+            bar.set_postfix_str(cell.label)
+            return True
+        if state == "held":
+            held.append(cell)
+            return False
+        # Another run sharing the store recorded it while this one ran: done, or failed (not tried twice).
+        if state == "done":
+            outcome.elsewhere += 1
+        else:
+            error = ((store.error(cell.key) or "").splitlines() or [""])[0]
+            outcome.failed.append((cell.label, f"(in another run sharing the store) {error}"))
+        bar.update(1)
+        return False
+
+    for result in executor.submit(cells, on_start=on_start):
+        cell = result.cell
+        if result.error is None:
+            store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished)
+            outcome.done += 1
+        elif store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished):
+            outcome.failed.append((cell.label, result.error.splitlines()[0]))
+            bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
+        else:  # another run sharing the store finished this cell meanwhile: its results stand
+            outcome.done += 1
+            bar.write(f"kept: {cell.label} was finished by another run sharing the store; this attempt "
+                      f"failed ({result.error.splitlines()[0]})")
+        if on_result is not None and outcome.sink_error is None:
+            try:
+                on_result(result)
+            except Exception as e:  # noqa: BLE001 - a sink must not stop the sweep; said, not hidden
+                outcome.sink_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                bar.write(f"the result sink failed on {cell.label} ({outcome.sink_error}); the sweep goes on "
+                          "without it, and every cell is still stored")
+        bar.update(1)
+    return held
 
 
 class _Lines:

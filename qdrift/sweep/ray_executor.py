@@ -80,7 +80,7 @@ class RayExecutor:
         self.make_runner, self.workers, self.threads = make_runner, workers, threads
         self.address, self.temp_dir = address, temp_dir
 
-    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
+    def submit(self, cells: Sequence[Cell], on_start: Callable[[Cell], bool | None] | None = None) -> Iterator[CellResult]:
         ray = import_ray()
         if not cells:
             return
@@ -94,12 +94,14 @@ class RayExecutor:
             in_flight: dict = {}  # object ref -> (worker slot, cell, time sent)
             while pending or in_flight:
                 while idle and pending:
+                    cell = pending.pop(_next_for(pending, holds[idle[0]]))
+                    if on_start is not None and on_start(cell) is False:
+                        continue  # another run sharing the store has it
                     slot = idle.pop(0)
-                    cell = pending.pop(_next_for(pending, holds[slot]))
                     holds[slot] = (cell.model, cell.spec)
-                    if on_start:
-                        on_start(cell)
                     in_flight[actors[slot].run.remote(cell)] = (slot, cell, time.time())
+                if not in_flight:
+                    break
                 (ref,), _ = ray.wait(list(in_flight), num_returns=1)
                 slot, cell, sent = in_flight.pop(ref)
                 try:

@@ -1,9 +1,12 @@
 """Running a sweep: done cells are skipped, a failing cell is recorded and the sweep goes on, a rerun retries it."""
 
+import threading
+import time
 from dataclasses import replace
 
 import pytest
 
+from qdrift import run_slots
 from qdrift.store import Store
 from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, shortform, unique_cells
 from qdrift.sweep.runners import CellRunner
@@ -264,3 +267,83 @@ def test_a_cell_an_earlier_run_started_and_never_recorded_runs_after_the_others(
         assert outcome.interrupted == 1 and "they ran after the others" in outcome.summary()
         assert store.interrupted() == set()  # recorded: the note is cleared
         assert run(store, CountingRunner()).interrupted == 0
+
+
+class SlowRunner(CountingRunner):
+    """A CountingRunner that takes `seconds` per cell, so that runs sharing a store overlap."""
+
+    def __init__(self, seconds, fail=()):
+        super().__init__(fail)
+        self.seconds = seconds
+
+    def __call__(self, cell):
+        time.sleep(self.seconds)
+        return super().__call__(cell)
+
+
+def _run_in_thread(path, runner, outcomes, i, sweep=None):
+    with Store(path) as store:  # a connection of its own, as another process would have
+        outcomes[i] = run_sweep(sweep or parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False,
+                                poll_s=0.05)
+
+
+@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+def test_two_runs_sharing_a_store_split_its_cells_and_each_waits_for_the_other(tmp_path):
+    # Before claims, each run ran every pending cell: the work was doubled.
+    sweep = parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1, 2, 3, 4]"))
+    runners, outcomes = [SlowRunner(0.2), SlowRunner(0.2)], [None, None]
+    threads = [threading.Thread(target=_run_in_thread, args=(tmp_path / "r.sqlite", r, outcomes, i, sweep))
+               for i, r in enumerate(runners)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    calls = runners[0].calls + runners[1].calls
+    assert sorted(calls) == sorted(c.label for c in unique_cells(sweep))  # each cell once
+    assert runners[0].calls and runners[1].calls
+    for outcome, runner in zip(outcomes, runners, strict=True):
+        assert outcome.done == len(runner.calls) and not outcome.failed
+        assert outcome.skipped + outcome.done + outcome.elsewhere == 8
+    with Store(tmp_path / "r.sqlite") as store:
+        assert len(store.cells("done")) == 8 and store.interrupted() == set()
+
+
+@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_run_dies(tmp_path):
+    cells = unique_cells(parse_sweep(TEXT))
+    path = tmp_path / "r.sqlite"
+    with Store(path) as other:
+        with other.running():
+            assert other.claim(cells[0].key) == "ours" and other.claim(cells[1].key) == "ours"
+            runner, outcomes = CountingRunner(), [None]
+            waiting = threading.Thread(target=_run_in_thread, args=(path, runner, outcomes, 0))
+            waiting.start()
+            time.sleep(0.5)
+            assert sorted(runner.calls) == sorted(c.label for c in cells[2:])  # the held two wait
+            other.record_done(cells[0].key, cells[0].config(), {"episode": []}, 0.0, 1.0)
+            time.sleep(0.3)
+            assert waiting.is_alive()  # the second is still held
+        # the holding run ends without recording its second cell (as a killed run would)
+        waiting.join(timeout=10)
+    assert not waiting.is_alive()
+    assert runner.calls[-1] == cells[1].label and len(runner.calls) == 3
+    assert outcomes[0].done == 3 and outcomes[0].elsewhere == 1
+    assert "1 finished by another run sharing the store" in outcomes[0].summary()
+
+
+@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+def test_a_cell_another_run_failed_meanwhile_is_reported_not_run_again(tmp_path):
+    cells = unique_cells(parse_sweep(TEXT))
+    path = tmp_path / "r.sqlite"
+    with Store(path) as other:
+        with other.running():
+            other.claim(cells[0].key)
+            runner, outcomes = CountingRunner(), [None]
+            waiting = threading.Thread(target=_run_in_thread, args=(path, runner, outcomes, 0))
+            waiting.start()
+            time.sleep(0.5)
+            other.record_failed(cells[0].key, cells[0].config(), "RuntimeError: out of memory\n\nTraceback", time.time(),
+                                time.time())
+            waiting.join(timeout=10)
+    assert cells[0].label not in runner.calls and outcomes[0].done == 3
+    assert outcomes[0].failed == [(cells[0].label, "(in another run sharing the store) RuntimeError: out of memory")]

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from functools import partial
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from qdrift import run_slots
 from qdrift.store import Store
 from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, unique_cells
 from qdrift.sweep.execute import executor_for
@@ -188,6 +190,32 @@ def test_kill_9_of_a_ray_sweep_driver_then_rerun_keeps_every_finished_cell_once(
                                      "json_extract(data, '$.step')) FROM rows WHERE cell = ? AND kind = 'step'",
                                      (key,)).fetchone()
         assert steps == distinct > 0
+
+
+def _hold_then_finish(path, cell, held, seconds):
+    """Another run sharing the store: claims `cell`, sets `held`, finishes it `seconds` later."""
+    with Store(path) as other, other.running():
+        other.claim(cell.key)
+        held.set()
+        time.sleep(seconds)
+        other.record_done(cell.key, cell.config(), {"episode": []}, time.time(), time.time())
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+def test_a_ray_sweep_leaves_a_cell_another_run_holds_to_that_run(cluster, tmp_path):
+    sweep = parse_sweep(TEXT)
+    cells, path, held = unique_cells(sweep), tmp_path / "r.sqlite", threading.Event()
+    other = threading.Thread(target=_hold_then_finish, args=(path, cells[0], held, 3.0))
+    other.start()
+    held.wait(10)
+    with Store(path) as store:
+        from qdrift.sweep.ray_executor import RayExecutor
+
+        outcome = run_sweep(sweep, store, RayExecutor(FaultyRunner, workers=2), progress=False, poll_s=0.2)
+        other.join()
+        assert (outcome.done, outcome.elsewhere, outcome.failed) == (3, 1, [])
+        assert [c["attempts"] for c in store.cells("done")] == [1, 1, 1, 1]
 
 
 def test_without_ray_installed_the_error_names_the_extra(monkeypatch):

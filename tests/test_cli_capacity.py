@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from qdrift.capacity import PRESETS
+from qdrift.capacity import KIMI_K2_RESERVE_GIB, PRESETS
 from qdrift.cli import main
 
 
 def test_capacity_prints_tokens_for_each_kv_precision(capsys):
-    assert main(["capacity", "kimi-k2", "--weights", "int4", "--kv", "bf16", "fp8", "--reserve", "12.35"]) == 0
+    assert main(["capacity", "kimi-k2", "--weights", "int4", "--kv", "bf16", "fp8", "--reserve", str(KIMI_K2_RESERVE_GIB)]) == 0
     out = capsys.readouterr().out
     assert "686,108" in out and "1,372,216" in out and "routed_experts" in out
 

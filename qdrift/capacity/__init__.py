@@ -11,6 +11,7 @@ from qdrift.capacity.node import (
     GB,
     GIB,
     H200_GIB,
+    KIMI_K2_RESERVE_GIB,
     NodeCapacity,
     indexer_bytes,
     kv_bytes_per_token,
@@ -22,6 +23,6 @@ from qdrift.capacity.presets import PRESETS, preset
 from qdrift.capacity.shape import CLASSES, KVLayout, ModelShape, shape_from_config
 
 __all__ = [
-    "CLASSES", "GB", "GIB", "H200_GIB", "KV", "PRESETS", "WEIGHTS", "KVLayout", "ModelShape", "NodeCapacity", "WeightPlan",
+    "CLASSES", "GB", "GIB", "H200_GIB", "KIMI_K2_RESERVE_GIB", "KV", "PRESETS", "WEIGHTS", "KVLayout", "ModelShape", "NodeCapacity", "WeightPlan",
     "indexer_bytes", "kv_bytes_per_token", "node_capacity", "preset", "shape_from_config", "weight_bytes", "weight_plan",
 ]

@@ -32,6 +32,9 @@ from qdrift.capacity.shape import KVLayout, ModelShape
 GB = 1e9
 GIB = 2**30
 H200_GIB = 143_771 / 1024  # nvidia-smi's total for an H200 (143,771 MiB)
+# Per-GPU activations / CUDA graphs for Kimi K2.x at INT4 on 8xH200 (TP8, 90% usable): the one number
+# fitted to the published ~686k BF16-cached tokens (vLLM's own log for K2-Thinking implies 10.45 GiB).
+KIMI_K2_RESERVE_GIB = 12.35
 INDEX_SCALE_BLOCK = 128  # elements of an indexer key per FP32 scale
 
 

@@ -124,9 +124,16 @@ def mde_rows(extra: dict[str, int]) -> str:
 
 def capacity_numbers() -> dict[str, float]:
     """The published serving figures recomputed by qdrift.capacity (assumptions in its tests)."""
-    from qdrift.capacity import H200_GIB, node_capacity, preset, weight_bytes, weight_plan
+    from qdrift.capacity import (
+        H200_GIB,
+        KIMI_K2_RESERVE_GIB,
+        node_capacity,
+        preset,
+        weight_bytes,
+        weight_plan,
+    )
 
-    common = dict(gpus=8, tp=8, gpu_mem_gib=H200_GIB, memory_utilization=0.9, activation_reserve_gib=12.35)
+    common = dict(gpus=8, tp=8, gpu_mem_gib=H200_GIB, memory_utilization=0.9, activation_reserve_gib=KIMI_K2_RESERVE_GIB)
     bf16 = node_capacity(preset("kimi-k2"), weight_plan("int4"), "bf16", **common)
     fp8 = node_capacity(preset("kimi-k2"), weight_plan("int4"), "fp8", **common)
     gib = 2**30

@@ -2,7 +2,15 @@
 
 import pytest
 
-from qdrift.capacity import H200_GIB, kv_bytes_per_token, node_capacity, preset, weight_bytes, weight_plan
+from qdrift.capacity import (
+    H200_GIB,
+    KIMI_K2_RESERVE_GIB,
+    kv_bytes_per_token,
+    node_capacity,
+    preset,
+    weight_bytes,
+    weight_plan,
+)
 
 GIB = 2**30
 
@@ -33,7 +41,7 @@ def test_kimi_k2x_on_8xh200_caches_686k_tokens_in_bf16_and_twice_that_in_fp8():
     # Assumptions: INT4 K2.x checkpoint split over TP8; an H200's 140.4 GiB (143,771 MiB), 90% usable
     # (vLLM's default); 12.35 GiB per GPU of activations / CUDA graphs -- the one number fitted to the
     # published figure (vLLM's own log for K2-Thinking, 46.80 GiB available, implies 10.45 GiB).
-    common = dict(gpus=8, tp=8, gpu_mem_gib=H200_GIB, memory_utilization=0.9, activation_reserve_gib=12.35)
+    common = dict(gpus=8, tp=8, gpu_mem_gib=H200_GIB, memory_utilization=0.9, activation_reserve_gib=KIMI_K2_RESERVE_GIB)
     bf16 = node_capacity(preset("kimi-k2"), weight_plan("int4"), "bf16", **common)
     fp8 = node_capacity(preset("kimi-k2"), weight_plan("int4"), "fp8", **common)
     assert abs(bf16.max_cached_tokens / 686_000 - 1) < 0.02, bf16.max_cached_tokens

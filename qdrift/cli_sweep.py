@@ -107,12 +107,10 @@ def cmd_sweep_cell(args) -> int:
         sink = _sink(args, sweep, store, path)
         if store.status(cell.key) == "done":
             print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
-            if sink is not None:  # an agent run still gets the cell's numbers, from the store
-                rec = next(c for c in store.cells("done") if c["key"] == cell.key)
-                kinds = ("episode", "step") if cell.horizon is not None else ("item",)
-                kinds += ("drift",) if cell.config().get("drift") else ()  # a drift cell's rows, as when it ran
-                rows = {k: store.rows(k, keys=[cell.key]) for k in kinds}
-                sink(CellResult(cell, rows, None, rec["started"], rec["finished"]))
+            if sink is not None:  # an agent run still gets the cell's numbers, its rows as the run gave them
+                rec = store.cell(cell.key)
+                sink(CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"]))
+                store.mark_logged(cell.key, sink.name)
             _report_sink(sink)
             return 0
         outcome = run_sweep(single_cell_sweep(sweep, cell), store, progress=not args.quiet, on_result=sink)

@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS started (key TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, slot INTEGER NOT NULL, token TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (slot INTEGER PRIMARY KEY, token TEXT NOT NULL, pid INTEGER NOT NULL,
                                  since REAL NOT NULL);
+-- Recorded cells a result sink (W&B, named e.g. 'wandb:entity/project') failed to take, or was not
+-- called for after it failed: the next run with the same sink logs them from the store.
+CREATE TABLE IF NOT EXISTS unlogged (key TEXT NOT NULL, sink TEXT NOT NULL, PRIMARY KEY (key, sink));
 """
 _ROWS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -296,6 +299,17 @@ class Store:
             "SELECT s.key FROM started s LEFT JOIN cells c ON c.key = s.key WHERE c.status IS NOT 'done'")}
         return {k for k in keys if not self._held_elsewhere(k)}
 
+    def mark_unlogged(self, key: str, sink: str) -> None:
+        """Note that `sink` never took cell `key`'s result (it failed, or was stopped before the cell)."""
+        self._db.execute("INSERT OR IGNORE INTO unlogged VALUES (?, ?)", (key, sink))
+
+    def mark_logged(self, key: str, sink: str) -> None:
+        self._db.execute("DELETE FROM unlogged WHERE key = ? AND sink = ?", (key, sink))
+
+    def unlogged(self, sink: str) -> set[str]:
+        """Keys of the cells `sink` has not taken since it failed."""
+        return {k for (k,) in self._db.execute("SELECT key FROM unlogged WHERE sink = ?", (sink,))}
+
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.
 
@@ -335,18 +349,29 @@ class Store:
         """Every recorded cell as a dict: key, config (a dict), status, error, attempts, timings, rows."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, got {status!r}")
+        return self._cells(" WHERE c.status = ?", (status,)) if status else self._cells("", ())
+
+    def cell(self, key: str) -> dict[str, Any] | None:
+        """One recorded cell as `cells()` gives it, or None."""
+        found = self._cells(" WHERE c.key = ?", (key,))
+        return found[0] if found else None
+
+    def _cells(self, where: str, args: tuple) -> list[dict[str, Any]]:
         query = ("SELECT c.key, c.config, c.status, c.error, c.attempts, c.started, c.finished, c.wall_s, "
                  "c.created, (SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
-        args: tuple = ()
-        if status:
-            query += " WHERE c.status = ?"
-            args = (status,)
         names = ("key", "config", "status", "error", "attempts", "started", "finished", "wall_s", "created", "rows")
         out = []
-        for rec in self._db.execute(query + " ORDER BY c.created, c.key", args):
+        for rec in self._db.execute(query + where + " ORDER BY c.created, c.key", args):
             cell = dict(zip(names, rec, strict=True))
             cell["config"] = json.loads(cell["config"])
             out.append(cell)
+        return out
+
+    def cell_rows(self, key: str) -> dict[str, list[dict[str, Any]]]:
+        """A cell's rows as its run returned them, `{kind: [row, ...]}` (no config columns added)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for kind, data in self._db.execute("SELECT kind, data FROM rows WHERE cell = ? ORDER BY id", (key,)):
+            out.setdefault(kind, []).append(json.loads(data))
         return out
 
     def rows(self, kind: str = "episode", keys: Iterable[str] | None = None) -> list[dict[str, Any]]:

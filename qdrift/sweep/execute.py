@@ -75,6 +75,8 @@ class SweepOutcome:
     sink_error: str | None = None  # the result sink (e.g. W&B) failed and was not called again
     interrupted: int = 0  # pending cells an earlier run started and never recorded: run last
     elsewhere: int = 0  # pending cells another run sharing the store finished meanwhile
+    unlogged: int = 0  # cells the result sink did not take (it failed): the next run with the same sink logs them
+    caught_up: int = 0  # done cells an earlier run's failed sink had missed, logged by this run
 
     def summary(self) -> str:
         by_others = f", {self.elsewhere} finished by another run sharing the store" if self.elsewhere else ""
@@ -84,8 +86,13 @@ class SweepOutcome:
         if self.interrupted:
             lines.append(f"  {self.interrupted} cell(s) had been started by a run that never recorded them (killed, or "
                          "crashed in the cell): they ran after the others")
+        if self.caught_up:
+            lines.append(f"  {self.caught_up} done cell(s) an earlier run's result sink had missed were logged now")
         if self.sink_error:
             lines.append(f"  the result sink failed and was stopped (every cell is in the store): {self.sink_error}")
+            if self.unlogged:
+                lines.append(f"  {self.unlogged} cell(s) not logged: the next run with the same sink logs them "
+                             "from the store")
         return "\n".join(lines)
 
 
@@ -128,7 +135,8 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
 
     `on_result` (e.g. a W&B sink) sees each result after it is committed to the store, so a sink
     that fails never costs a measured cell; after its first failure it is not called again, and the
-    outcome's summary says so.
+    outcome's summary says so. A sink with a `name` (WandbSink: its project) has the cells it missed
+    noted in the store, and the next run with that sink logs them first, from the stored rows.
     """
     from qdrift.models.fingerprint import model_fingerprint
 
@@ -147,8 +155,10 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         outcome = SweepOutcome(len(cells), len(cells) - len(pending),
                                interrupted=sum(c.key in interrupted for c in pending))
         bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
+        sink = _Sink(on_result, store, outcome, bar)
         try:
-            held = _run_claimed(pending, store, executor, outcome, bar, on_result, began)
+            sink.catch_up(cells)
+            held = _run_claimed(pending, store, executor, outcome, bar, sink, began)
             told = False
             while held:  # cells other live runs are running: wait for them, take over any whose run died
                 if not told:
@@ -160,14 +170,15 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
                 ready = [c for c in held if store.peek(c.key, began) != "held"]
                 if ready:  # recorded meanwhile, or their run died: account for them (or run them) now
                     held = [c for c in held if c not in ready]
-                    held += _run_claimed(ready, store, executor, outcome, bar, on_result, began)
+                    held += _run_claimed(ready, store, executor, outcome, bar, sink, began)
+            sink.count_unlogged(cells)
         finally:
             bar.close()
     return outcome
 
 
 def _run_claimed(cells: list[Cell], store: Store, executor: Executor, outcome: SweepOutcome, bar,
-                 on_result, began: float) -> list[Cell]:
+                 sink: _Sink, began: float) -> list[Cell]:
     """Run those of `cells` this run can claim, record each result; return the ones other runs hold."""
     held: list[Cell] = []
 
@@ -200,15 +211,60 @@ def _run_claimed(cells: list[Cell], store: Store, executor: Executor, outcome: S
             outcome.done += 1
             bar.write(f"kept: {cell.label} was finished by another run sharing the store; this attempt "
                       f"failed ({result.error.splitlines()[0]})")
-        if on_result is not None and outcome.sink_error is None:
-            try:
-                on_result(result)
-            except Exception as e:  # noqa: BLE001 - a sink must not stop the sweep; said, not hidden
-                outcome.sink_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                bar.write(f"the result sink failed on {cell.label} ({outcome.sink_error}); the sweep goes on "
-                          "without it, and every cell is still stored")
+        sink(result)
         bar.update(1)
     return held
+
+
+class _Sink:
+    """`on_result` as the sweep calls it: after its first failure never again (said, not hidden), and,
+    when it has a `name`, the cells it did not take noted in the store for the next run to log."""
+
+    def __init__(self, on_result: Callable[[CellResult], None] | None, store: Store, outcome: SweepOutcome, bar):
+        self.on_result, self.store, self.outcome, self.bar = on_result, store, outcome, bar
+        self.name = getattr(on_result, "name", None)
+        self.skipped = 0  # results it was not given, or failed on
+
+    def __call__(self, result: CellResult) -> bool:
+        """Give the sink `result`; whether it took it."""
+        if self.on_result is None:
+            return False
+        key = result.cell.key
+        if self.outcome.sink_error is None:
+            try:
+                self.on_result(result)
+            except Exception as e:  # noqa: BLE001 - a sink must not stop the sweep; said, not hidden
+                self.outcome.sink_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                self.bar.write(f"the result sink failed on {result.cell.label} ({self.outcome.sink_error}); the "
+                               "sweep goes on without it, and every cell is still stored")
+            else:
+                if self.name:
+                    self.store.mark_logged(key, self.name)
+                return True
+        self.skipped += 1
+        if self.name:
+            self.store.mark_unlogged(key, self.name)
+        return False
+
+    def catch_up(self, cells: list[Cell]) -> None:
+        """Log the done cells of `cells` an earlier run's failed sink of the same name missed (failed and
+        pending ones run now and are logged then)."""
+        missed = self.store.unlogged(self.name) if self.name else set()
+        for cell in cells:
+            rec = self.store.cell(cell.key) if cell.key in missed else None
+            if rec is None or rec["status"] != "done":
+                continue
+            if self.outcome.sink_error or not self(CellResult(cell, self.store.cell_rows(cell.key), None,
+                                                              rec["started"], rec["finished"])):
+                return
+            self.outcome.caught_up += 1
+
+    def count_unlogged(self, cells: list[Cell]) -> None:
+        """The outcome's count of `cells` the sink has not taken, as the run ends."""
+        if self.name:
+            self.outcome.unlogged = len(self.store.unlogged(self.name) & {c.key for c in cells})
+        else:
+            self.outcome.unlogged = self.skipped
 
 
 class _Lines:

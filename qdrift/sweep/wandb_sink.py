@@ -112,6 +112,9 @@ class WandbSink:
         self.mode, reason = choose_mode(options.mode)
         self.dir = Path(options.dir or default_dir).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
+        # What the store notes cells this sink missed under (run_sweep logs them on the next run with it).
+        entity = options.entity or os.environ.get("WANDB_ENTITY") or "(default entity)"
+        self.name = f"wandb:{entity}/{options.project or os.environ.get('WANDB_PROJECT') or '(default project)'}"
         self.seconds = 0.0  # wall time spent logging, over all cells
         self.runs = 0
         announce(f"wandb: {self.mode} mode ({reason}); runs under {self.dir / 'wandb'}")

@@ -347,3 +347,56 @@ def test_a_cell_another_run_failed_meanwhile_is_reported_not_run_again(tmp_path)
             waiting.join(timeout=10)
     assert cells[0].label not in runner.calls and outcomes[0].done == 3
     assert outcomes[0].failed == [(cells[0].label, "(in another run sharing the store) RuntimeError: out of memory")]
+
+
+class FlakySink:
+    """A result sink named as WandbSink names itself; raises on its `fail_on`-th call."""
+
+    def __init__(self, name="wandb:me/p", fail_on=None):
+        self.name, self.fail_on, self.results = name, fail_on, []
+
+    def __call__(self, result):
+        if len(self.results) + 1 == self.fail_on:
+            raise ConnectionError("W&B is unreachable")
+        self.results.append(result)
+
+
+def test_cells_a_failed_sink_missed_are_logged_from_the_store_by_the_next_run_with_that_sink(tmp_path):
+    # Before, they reached W&B again only through `qdrift sweep cell`, one at a time.
+    with Store(tmp_path / "r.sqlite") as store:
+        runner, first = CountingRunner(), FlakySink(fail_on=2)
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False, on_result=first)
+        assert outcome.done == 4 and len(first.results) == 1 and outcome.unlogged == 3
+        assert "3 cell(s) not logged: the next run with the same sink logs them" in outcome.summary()
+        missed = store.unlogged("wandb:me/p")
+        assert len(missed) == 3 and first.results[0].cell.key not in missed
+
+        other = FlakySink(name="wandb:me/other")  # another project: not its cells
+        assert run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False,
+                         on_result=other).caught_up == 0 and other.results == []
+        again = FlakySink()
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False, on_result=again)
+        assert (outcome.skipped, outcome.done, outcome.caught_up, outcome.unlogged) == (4, 0, 3, 0)
+        assert "3 done cell(s) an earlier run's result sink had missed were logged now" in outcome.summary()
+        assert {r.cell.key for r in again.results} == missed and len(runner.calls) == 4  # nothing ran again
+        for result in again.results:  # the rows as the run returned them, no config columns added
+            assert result.error is None and result.rows == runner_rows(result.cell)
+        assert store.unlogged("wandb:me/p") == set()
+        assert run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False,
+                         on_result=FlakySink()).caught_up == 0
+
+
+def test_a_sink_that_fails_again_while_catching_up_keeps_the_rest_noted(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                  on_result=FlakySink(fail_on=1))
+        assert len(store.unlogged("wandb:me/p")) == 4
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                            on_result=FlakySink(fail_on=3))
+        assert (outcome.caught_up, outcome.unlogged) == (2, 2) and outcome.sink_error.startswith("ConnectionError")
+        assert len(store.unlogged("wandb:me/p")) == 2
+
+
+def runner_rows(cell):
+    """The rows the runner returns for `cell`, less the kinds it has none of (nothing to store)."""
+    return {kind: rows for kind, rows in CountingRunner()(cell).items() if rows}

@@ -337,3 +337,39 @@ def test_a_done_drift_cell_logged_again_keeps_its_drift_metrics(tmp_path, offlin
     first, second = (read_run(f) for f in sorted((tmp_path / "wandb").glob("offline-run-*")))
     drift = {k: v for k, v in first["summary"].items() if k.startswith("drift/")}
     assert drift and all(second["summary"][k] == v for k, v in drift.items())
+
+
+def test_cells_missed_by_a_failed_wandb_sink_are_logged_by_the_next_sweep_run(tmp_path, offline_env, monkeypatch,
+                                                                               capsys):
+    import wandb
+
+    from qdrift.cli import main
+
+    sweep_file, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep_file.write_text(TEXT.split("  - kind: short_form")[0])
+    args = ["sweep", "run", str(sweep_file), "--store", str(store), "--quiet", "--wandb", "qdrift-test", "--wandb-mode",
+            "offline"]
+    real_init, calls = wandb.init, []
+
+    def failing_after_one(*a, **kw):
+        calls.append(kw["config"]["cell_key"])
+        if len(calls) > 1:
+            raise wandb.errors.CommError("network is unreachable")
+        return real_init(*a, **kw)
+
+    monkeypatch.setattr(wandb, "init", failing_after_one)
+    assert main(args) == 1  # every cell stored, not every cell logged
+    out = capsys.readouterr().out
+    cells = {c.key for c in unique_cells(parse_sweep(sweep_file.read_text()))}
+    assert f"{len(cells) - 1} cell(s) not logged: the next run with the same sink logs them" in out
+    assert set(runs_by_key(tmp_path)) == {calls[0]}
+
+    monkeypatch.setattr(wandb, "init", real_init)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"{len(cells)} already done, 0 run now, 0 failed" in out
+    assert f"{len(cells) - 1} done cell(s) an earlier run's result sink had missed were logged now" in out
+    runs = runs_by_key(tmp_path)
+    assert set(runs) == cells and len(list((tmp_path / "wandb").glob("offline-run-*"))) == len(cells)  # none twice
+    assert all(r["exit_code"] == 0 and r["summary"]["episodes"] == 2 for r in runs.values())
+    assert main(args) == 0 and "were logged now" not in capsys.readouterr().out

@@ -105,19 +105,21 @@ def cmd_sweep_cell(args) -> int:
         sweep = replace(sweep, threads=args.threads)
     with open_store(path) as store:
         sink = _sink(args, sweep, store, path)
+        outcome = None
         if store.status(cell.key) == "done":
             print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
-            if sink is not None:  # an agent run still gets the cell's numbers, its rows as the run gave them
-                rec = store.cell(cell.key)
-                sink(CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"]))
-                store.mark_logged(cell.key, sink.name)
-            _report_sink(sink)
-            return 0
-        outcome = run_sweep(single_cell_sweep(sweep, cell), store, progress=not args.quiet, on_result=sink)
-    print(f"{cell.label}: {'failed: ' + outcome.failed[0][1] if outcome.failed else 'done'} (cell {cell.key})")
+        else:
+            outcome = run_sweep(single_cell_sweep(sweep, cell), store, progress=not args.quiet, on_result=sink)
+            print(f"{cell.label}: {'failed: ' + outcome.failed[0][1] if outcome.failed else 'done'} (cell {cell.key})")
+        if sink is not None and (outcome is None or outcome.elsewhere):
+            # Recorded before, or by another run while this one waited: an agent run still gets the
+            # cell's numbers, its rows as the run gave them.
+            rec = store.cell(cell.key)
+            sink(CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"]))
+            store.settle_log(cell.key, sink.name, True)
     print(f"store: {path}")
     _report_sink(sink)
-    return 1 if outcome.failed else 0
+    return 1 if outcome is not None and (outcome.failed or outcome.sink_error) else 0
 
 
 def cmd_sweep_wandb_config(args) -> int:

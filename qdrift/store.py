@@ -6,7 +6,7 @@ cells and skips them, while any change to the configuration makes a new cell. A 
 rows and its `done` mark are written in one transaction: a crash (even `kill -9`) leaves either
 the whole cell or nothing, never rows without a cell or a cell marked done with rows missing.
 Runs sharing a store claim each cell before running it (`running`, `claim`), so none is run twice
-while its run is alive and a killed run's cells are taken over (qdrift.run_slots).
+while its run is alive and a killed run's cells are taken over (qdrift.run_locks).
 
     store = Store("results.sqlite")
     store.record_done(key, config, {"episode": [...], "step": [...]}, started, finished)
@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
@@ -28,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from qdrift import run_slots
+from qdrift import run_locks
 
 SCHEMA_VERSION = 2  # 2: rows may be of kind 'drift' (version 1 stores are migrated on open, losslessly)
 KINDS = ("episode", "step", "item", "drift")  # agent episodes, agent steps, short-form items, teacher-forced tokens
@@ -53,14 +52,14 @@ CREATE TABLE IF NOT EXISTS cells (
 -- killed or crashed), and a rerun takes it after the others. Not part of the schema version: an
 -- older qdrift ignores the table.
 CREATE TABLE IF NOT EXISTS started (key TEXT PRIMARY KEY, at REAL NOT NULL);
--- Which run started each of those cells (a run slot and the run's token, qdrift.run_slots), and which
--- run holds each slot now: a started cell whose run still holds its slot is being run, not interrupted.
-CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, slot INTEGER NOT NULL, token TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (slot INTEGER PRIMARY KEY, token TEXT NOT NULL, pid INTEGER NOT NULL,
-                                 since REAL NOT NULL);
--- Recorded cells a result sink (W&B, named e.g. 'wandb:entity/project') failed to take, or was not
--- called for after it failed: the next run with the same sink logs them from the store.
-CREATE TABLE IF NOT EXISTS unlogged (key TEXT NOT NULL, sink TEXT NOT NULL, PRIMARY KEY (key, sink));
+-- Which run started each of those cells (its lock's token and pid, qdrift.run_locks): a started cell
+-- whose run is still alive is being run, not interrupted.
+CREATE TABLE IF NOT EXISTS holds (key TEXT PRIMARY KEY, token TEXT NOT NULL, pid INTEGER NOT NULL);
+-- Recorded cells a result sink (W&B, named e.g. 'wandb:entity/project') has not taken yet, written with
+-- the cell's record: `token` names the run delivering it (NULL once that run gave up on it), so the
+-- next run with the same sink logs the rest, and a cell is never logged by two runs at once.
+CREATE TABLE IF NOT EXISTS pending_logs (key TEXT NOT NULL, sink TEXT NOT NULL, token TEXT,
+                                         PRIMARY KEY (key, sink));
 """
 _ROWS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -117,7 +116,7 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._run: run_slots.RunSlot | None = None  # held while a sweep runs cells into the store (`running`)
+        self._run: run_locks.RunLock | None = None  # held while a sweep runs cells into the store (`running`)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
@@ -172,24 +171,26 @@ class Store:
 
     # --- writing ---------------------------------------------------------------------------
     def record_done(self, key: str, config: Mapping[str, Any], rows: Mapping[str, Iterable[Mapping]],
-                    started: float, finished: float) -> None:
-        """Write a finished cell and all its rows (`{kind: [row, ...]}`) in one transaction."""
+                    started: float, finished: float, sink: str | None = None) -> None:
+        """Write a finished cell and all its rows (`{kind: [row, ...]}`) in one transaction; with `sink`,
+        note that sink's log of it as pending, to be cleared once it is logged (`pending_log`)."""
         bad = sorted(set(rows) - set(KINDS))
         if bad:
             raise ValueError(f"row kind {bad[0]!r} is not one of {', '.join(KINDS)}")
         # A generator: rows are serialised inside the transaction, so a row that fails rolls back the cell.
         payload = ((key, kind, json.dumps(dict(r), default=_plain)) for kind, rs in rows.items() for r in rs)
-        self._write(key, config, "done", None, started, finished, payload)
+        self._write(key, config, "done", None, started, finished, payload, sink)
 
-    def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float) -> bool:
+    def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float,
+                      sink: str | None = None) -> bool:
         """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it.
 
         A cell another process has meanwhile finished stays done with its rows (returns False): a
         failed attempt never deletes results.
         """
-        return self._write(key, config, "failed", error, started, finished, [])
+        return self._write(key, config, "failed", error, started, finished, [], sink)
 
-    def _write(self, key, config, status, error, started, finished, payload) -> bool:
+    def _write(self, key, config, status, error, started, finished, payload, sink=None) -> bool:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -207,29 +208,24 @@ class Store:
                 (key, canonical_json(config), status, error, started, finished, finished - started, time.time()))
             db.executemany("INSERT INTO rows (cell, kind, data) VALUES (?, ?, ?)", payload)
             db.execute("DELETE FROM started WHERE key = ?", (key,))
-            db.execute("DELETE FROM claims WHERE key = ?", (key,))
+            db.execute("DELETE FROM holds WHERE key = ?", (key,))
+            if sink is not None:
+                db.execute("INSERT OR REPLACE INTO pending_logs VALUES (?, ?, ?)", (key, sink, self._token))
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
         return True
 
-    def mark_started(self, key: str) -> None:
-        """Note that a run is starting cell `key`; recording it done or failed clears the note."""
-        self._db.execute("INSERT OR REPLACE INTO started VALUES (?, ?)", (key, time.time()))
-
     @contextmanager
     def running(self):
-        """Hold a run slot while a sweep runs cells into this store, so that other runs sharing it see
+        """Hold a run lock while a sweep runs cells into this store, so that other runs sharing it see
         which cells this one is running (`claim`). Without flock (Windows) nothing is held, and runs
-        sharing a store each run every pending cell, as before claims existed."""
-        if not run_slots.supported() or self._run is not None:
+        sharing a store each run every pending cell."""
+        if not run_locks.supported() or self._run is not None:
             yield
             return
-        self._run = run_slots.RunSlot(self._runs_folder)
-        self._token = secrets.token_hex(8)
-        _while_locked(lambda: self._db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
-                                               (self._run.slot, self._token, os.getpid(), time.time())))
+        self._run = run_locks.RunLock(self._locks_folder)
         try:
             yield
         finally:
@@ -237,60 +233,66 @@ class Store:
             self._run = None
 
     @property
-    def _runs_folder(self) -> Path:
-        return Path(f"{self.path}-runs")
+    def _token(self) -> str | None:
+        return self._run.token if self._run is not None else None
 
-    def claim(self, key: str, since: float | None = None) -> str:
+    @property
+    def _locks_folder(self) -> Path:
+        # Resolved: a run reaching the store through a symlink must find the same locks.
+        return Path(f"{self.path.resolve()}-runs")
+
+    def claim(self, key: str, seen_attempts: int | None = None) -> str:
         """Take cell `key` for this run: 'ours' (noted as started), or why not (`peek`)."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            state = self.peek(key, since)
+            state = self.peek(key, seen_attempts)
             if state == "free":
                 state = "ours"
                 db.execute("INSERT OR REPLACE INTO started VALUES (?, ?)", (key, time.time()))
                 if self._run is not None:
-                    db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)", (key, self._run.slot, self._token))
+                    db.execute("INSERT OR REPLACE INTO holds VALUES (?, ?, ?)", (key, self._token, os.getpid()))
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
         return state
 
-    def peek(self, key: str, since: float | None = None) -> str:
-        """Whether cell `key` is 'done', 'failed' at or after `since` (the time a run began: another run
-        tried it meanwhile, and a rerun retries it), 'held' (another live run sharing the store is
-        running it) or 'free' to run."""
-        found = self._db.execute("SELECT status, finished FROM cells WHERE key = ?", (key,)).fetchone()
+    def peek(self, key: str, seen_attempts: int | None = None) -> str:
+        """Whether cell `key` is 'done'; 'failed' by another run since this one saw it with
+        `seen_attempts` attempts (0: never recorded; a rerun retries it); 'held' by another live run
+        sharing the store; or 'free' to run."""
+        found = self._db.execute("SELECT status, attempts FROM cells WHERE key = ?", (key,)).fetchone()
         if found is not None and found[0] == "done":
             return "done"
-        if found is not None and since is not None and found[1] is not None and found[1] >= since:
+        if found is not None and seen_attempts is not None and found[1] > seen_attempts:
             return "failed"
         return "held" if self._held_elsewhere(key) else "free"
+
+    def attempts(self) -> dict[str, int]:
+        """{key: attempts recorded} of every recorded cell."""
+        return dict(self._db.execute("SELECT key, attempts FROM cells").fetchall())
 
     def error(self, key: str) -> str | None:
         """The error a failed cell was recorded with."""
         found = self._db.execute("SELECT error FROM cells WHERE key = ?", (key,)).fetchone()
         return found[0] if found else None
 
+    def _alive_elsewhere(self, token: str | None) -> bool:
+        """Whether `token` names a live run other than this one."""
+        return token is not None and token != self._token and run_locks.alive(self._locks_folder, token)
+
     def _held_elsewhere(self, key: str) -> bool:
         """Whether another run that is still alive started cell `key`."""
-        found = self._db.execute(
-            "SELECT c.slot, c.token FROM started s JOIN claims c ON c.key = s.key "
-            "JOIN runs r ON r.slot = c.slot AND r.token = c.token WHERE s.key = ?", (key,)).fetchone()
-        if found is None:  # never claimed, or its slot has since gone to another run
-            return False
-        if self._run is not None and found[1] == self._token:
-            return False  # this run's own
-        return run_slots.alive(self._runs_folder, found[0])
+        found = self._db.execute("SELECT token FROM holds WHERE key = ?", (key,)).fetchone()
+        return found is not None and self._alive_elsewhere(found[0])
 
     def holders(self, keys: Iterable[str]) -> list[int]:
         """The process ids of the live runs holding any of `keys`."""
         keys = list(keys)
-        found = self._db.execute(
-            f"SELECT DISTINCT r.pid FROM claims c JOIN runs r ON r.slot = c.slot AND r.token = c.token "
-            f"WHERE c.key IN ({','.join('?' * len(keys))})", keys).fetchall()
-        return sorted(pid for (pid,) in found)
+        found = self._db.execute(f"SELECT DISTINCT token, pid FROM holds WHERE key IN ({','.join('?' * len(keys))})",
+                                 keys).fetchall()
+        return sorted({pid for token, pid in found if self._alive_elsewhere(token)})
 
     def interrupted(self) -> set[str]:
         """Keys of cells a run started and never recorded (killed or crashed while running them); a
@@ -299,16 +301,34 @@ class Store:
             "SELECT s.key FROM started s LEFT JOIN cells c ON c.key = s.key WHERE c.status IS NOT 'done'")}
         return {k for k in keys if not self._held_elsewhere(k)}
 
-    def mark_unlogged(self, key: str, sink: str) -> None:
-        """Note that `sink` never took cell `key`'s result (it failed, or was stopped before the cell)."""
-        self._db.execute("INSERT OR IGNORE INTO unlogged VALUES (?, ?)", (key, sink))
+    # --- result sinks ------------------------------------------------------------------------
+    def pending_logs(self, sink: str) -> set[str]:
+        """Keys of recorded cells `sink` has not logged."""
+        return {k for (k,) in self._db.execute("SELECT key FROM pending_logs WHERE sink = ?", (sink,))}
 
-    def mark_logged(self, key: str, sink: str) -> None:
-        self._db.execute("DELETE FROM unlogged WHERE key = ? AND sink = ?", (key, sink))
+    def take_pending_log(self, key: str, sink: str) -> bool:
+        """Take the pending log of cell `key` to `sink` for this run: False when there is none, or a
+        live run is delivering it."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            found = db.execute("SELECT token FROM pending_logs WHERE key = ? AND sink = ?", (key, sink)).fetchone()
+            taken = found is not None and not self._alive_elsewhere(found[0])
+            if taken:
+                db.execute("UPDATE pending_logs SET token = ? WHERE key = ? AND sink = ?", (self._token, key, sink))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return taken
 
-    def unlogged(self, sink: str) -> set[str]:
-        """Keys of the cells `sink` has not taken since it failed."""
-        return {k for (k,) in self._db.execute("SELECT key FROM unlogged WHERE sink = ?", (sink,))}
+    def settle_log(self, key: str, sink: str, logged: bool) -> None:
+        """Clear the pending log of `key` to `sink` once logged; else leave it to the next run."""
+        if logged:
+            self._db.execute("DELETE FROM pending_logs WHERE key = ? AND sink = ?", (key, sink))
+        else:
+            self._db.execute("INSERT INTO pending_logs VALUES (?, ?, NULL) ON CONFLICT (key, sink) DO UPDATE SET "
+                             "token = NULL", (key, sink))
 
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.

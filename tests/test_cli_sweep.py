@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from qdrift import run_slots
+from qdrift import run_locks
 from qdrift.cli import main
 from qdrift.store import Store
 from qdrift.sweep import parse_sweep, unique_cells
@@ -103,7 +103,7 @@ def test_a_model_folder_without_weights_is_named_not_a_traceback(tmp_path):
         main(["sweep", "run", str(sweep), "--store", str(tmp_path / "s.sqlite"), "--quiet"])
 
 
-@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_status_shows_the_cells_another_run_is_running_and_the_ones_a_run_left_unrecorded(tmp_path, capsys):
     sweep, path = tmp_path / "s.yaml", tmp_path / "s.sqlite"
     sweep.write_text(TEXT.replace("horizons: [1]", "horizons: [1, 2]"))

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from qdrift import run_slots, stats
+from qdrift import run_locks, stats
 from qdrift.store import SCHEMA_VERSION, Store, cell_key
 
 CONFIG = {"model": "organism", "config": "w8-a16-kv:16", "spec": "w8-a16-kv:16", "spec_hash": "abc",
@@ -188,7 +188,7 @@ def test_processes_opening_a_new_store_together_all_write_their_cells(tmp_path):
             assert len(store.cells()) == 6
 
 
-@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_a_cell_another_live_run_claimed_is_held_until_recorded_and_free_once_that_run_ends(tmp_path):
     path = tmp_path / "r.sqlite"
     with Store(path) as a, Store(path) as b:
@@ -201,13 +201,33 @@ def test_a_cell_another_live_run_claimed_is_held_until_recorded_and_free_once_th
                 assert b.claim("k1") == "done"
         # a's run ended without recording k2 (as a killed run would): another run takes it over
         with b.running():
-            assert b.interrupted() == {"k2"}
+            assert b.interrupted() == {"k2"} and b.holders(["k2"]) == []
             assert b.claim("k2") == "ours" and b.claim("k2") == "ours"  # a run's own claim stays its own
 
 
-def test_a_cell_recorded_failed_since_a_run_began_is_not_retried_by_it(tmp_path):
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
+def test_a_store_reached_through_a_symlink_shares_its_locks(tmp_path):
+    (tmp_path / "elsewhere").symlink_to(tmp_path)
+    with Store(tmp_path / "r.sqlite") as a, Store(tmp_path / "elsewhere" / "r.sqlite") as b:
+        with a.running(), b.running():
+            assert a.claim("k") == "ours" and b.claim("k") == "held"
+
+
+def test_a_cell_recorded_failed_since_a_run_saw_it_is_not_retried_by_it(tmp_path):
     with Store(tmp_path / "r.sqlite") as store, store.running():
         store.record_failed("k", {"n": 1}, "RuntimeError: boom", 10.0, 11.0)
-        assert store.claim("k", since=12.0) == "ours"  # failed before this run began: retried
-        store.record_failed("k", {"n": 1}, "RuntimeError: boom", 13.0, 14.0)
-        assert store.claim("k", since=12.0) == "failed" and store.error("k") == "RuntimeError: boom"
+        assert store.claim("k", seen_attempts=1) == "ours"  # failed before this run saw it: retried
+        store.record_failed("k", {"n": 1}, "RuntimeError: boom", 5.0, 6.0)  # recorded late, an earlier time
+        assert store.claim("k", seen_attempts=1) == "failed" and store.error("k") == "RuntimeError: boom"
+
+
+def test_a_pending_log_is_taken_by_one_run_at_a_time_and_kept_until_logged(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as a, Store(path) as b, a.running(), b.running():
+        a.record_done("k", {"n": 1}, {}, 0.0, 1.0, sink="wandb:e/p")
+        assert a.pending_logs("wandb:e/p") == {"k"} and a.pending_logs("wandb:e/other") == set()
+        assert not b.take_pending_log("k", "wandb:e/p")  # a is delivering it
+        a.settle_log("k", "wandb:e/p", logged=False)  # a's sink failed: free for the next run
+        assert b.take_pending_log("k", "wandb:e/p") and not a.take_pending_log("k", "wandb:e/p")
+        b.settle_log("k", "wandb:e/p", logged=True)
+        assert b.pending_logs("wandb:e/p") == set() and not b.take_pending_log("k", "wandb:e/p")

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from qdrift.store import Store
 from qdrift.sweep.cells import Cell, expand
@@ -75,8 +75,9 @@ class SweepOutcome:
     sink_error: str | None = None  # the result sink (e.g. W&B) failed and was not called again
     interrupted: int = 0  # pending cells an earlier run started and never recorded: run last
     elsewhere: int = 0  # pending cells another run sharing the store finished meanwhile
-    unlogged: int = 0  # cells the result sink did not take (it failed): the next run with the same sink logs them
+    unlogged: int = 0  # cells the result sink did not take (it failed)
     caught_up: int = 0  # done cells an earlier run's failed sink had missed, logged by this run
+    logs_resume: bool = False  # the sink has a name: the store keeps what it missed for the next run
 
     def summary(self) -> str:
         by_others = f", {self.elsewhere} finished by another run sharing the store" if self.elsewhere else ""
@@ -91,8 +92,9 @@ class SweepOutcome:
         if self.sink_error:
             lines.append(f"  the result sink failed and was stopped (every cell is in the store): {self.sink_error}")
             if self.unlogged:
-                lines.append(f"  {self.unlogged} cell(s) not logged: the next run with the same sink logs them "
-                             "from the store")
+                then = ("the next run with the same sink logs them from the store" if self.logs_resume else
+                        "this sink keeps no record of them")
+                lines.append(f"  {self.unlogged} cell(s) not logged: {then}")
         return "\n".join(lines)
 
 
@@ -146,7 +148,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         executor = executor_for(sweep)
     cells = unique_cells(sweep)
     with store.running():
-        began = time.time()
+        seen = store.attempts()  # a cell recorded failed more often later was tried by another run meanwhile
         pending = [c for c in cells if store.status(c.key) != "done"]
         # A cell an earlier run started and never recorded may be one that kills its process (a crash,
         # an out-of-memory kill): it runs after the others, so it cannot keep them from ever running.
@@ -155,116 +157,142 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         outcome = SweepOutcome(len(cells), len(cells) - len(pending),
                                interrupted=sum(c.key in interrupted for c in pending))
         bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
-        sink = _Sink(on_result, store, outcome, bar)
+        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen)
         try:
-            sink.catch_up(cells)
-            held = _run_claimed(pending, store, executor, outcome, bar, sink, began)
-            told = False
+            run.sink.catch_up(cells)
+            held = run.cells(pending)
+            waited, told = time.monotonic(), 0.0
             while held:  # cells other live runs are running: wait for them, take over any whose run died
-                if not told:
-                    pids = ", ".join(map(str, store.holders(c.key for c in held)))
-                    bar.write(f"waiting for {len(held)} cell(s) that another run sharing the store is running "
-                              f"(pid {pids}); a cell whose run dies unrecorded is run here")
-                    told = True
+                if time.monotonic() - told > 300:  # said at once, then every 5 minutes
+                    pids = store.holders(c.key for c in held)
+                    if pids:
+                        bar.write(f"waiting for {len(held)} cell(s) that another run sharing the store is running "
+                                  f"(pid {', '.join(map(str, pids))}; {time.monotonic() - waited:.0f} s so far); a "
+                                  "cell whose run dies unrecorded is run here. Ctrl-C stops this run; nothing "
+                                  "stored is lost")
+                    told = time.monotonic()
                 time.sleep(poll_s)
-                ready = [c for c in held if store.peek(c.key, began) != "held"]
-                if ready:  # recorded meanwhile, or their run died: account for them (or run them) now
-                    held = [c for c in held if c not in ready]
-                    held += _run_claimed(ready, store, executor, outcome, bar, sink, began)
-            sink.count_unlogged(cells)
+                held = run.cells(held)
+            outcome.unlogged = run.sink.unlogged(cells)
         finally:
             bar.close()
     return outcome
 
 
-def _run_claimed(cells: list[Cell], store: Store, executor: Executor, outcome: SweepOutcome, bar,
-                 sink: _Sink, began: float) -> list[Cell]:
-    """Run those of `cells` this run can claim, record each result; return the ones other runs hold."""
-    held: list[Cell] = []
+@dataclass
+class _Run:
+    """One run's pass over cells: claim each just before it runs, record it, give it to the sink."""
 
-    def on_start(cell: Cell) -> bool:
-        state = store.claim(cell.key, since=began)
-        if state == "ours":
-            bar.set_postfix_str(cell.label)
-            return True
+    store: Store
+    executor: Executor
+    outcome: SweepOutcome
+    bar: Any
+    sink: _Sink
+    seen: dict[str, int]  # attempts recorded per cell when the run began
+
+    def cells(self, cells: list[Cell]) -> list[Cell]:
+        """Run those of `cells` this run can claim; return the ones other live runs hold. Cells that are
+        held or settled are sorted out first, so an executor is started only for cells to run."""
+        held: list[Cell] = []
+        free = [c for c in cells if not self._settled(c, self.store.peek(c.key, self.seen.get(c.key, 0)), held)]
+        if not free:
+            return held
+
+        def on_start(cell: Cell) -> bool:
+            state = self.store.claim(cell.key, self.seen.get(cell.key, 0))
+            if state == "ours":
+                self.bar.set_postfix_str(cell.label)
+                return True
+            self._settled(cell, state, held)
+            return False
+
+        for result in self.executor.submit(free, on_start=on_start):
+            self._record(result)
+            self.bar.update(1)
+        return held
+
+    def _settled(self, cell: Cell, state: str, held: list[Cell]) -> bool:
+        """Account for a cell this run will not run now (`state` from `Store.peek`); False if it is free."""
+        if state == "free":
+            return False
         if state == "held":
             held.append(cell)
-            return False
-        # Another run sharing the store recorded it while this one ran: done, or failed (not tried twice).
-        if state == "done":
-            outcome.elsewhere += 1
-        else:
-            error = ((store.error(cell.key) or "").splitlines() or [""])[0]
-            outcome.failed.append((cell.label, f"(in another run sharing the store) {error}"))
-        bar.update(1)
-        return False
+            return True
+        if state == "done":  # another run sharing the store recorded it while this one ran
+            self.outcome.elsewhere += 1
+        else:  # failed there: not tried twice in a row (a rerun retries it)
+            error = ((self.store.error(cell.key) or "").splitlines() or [""])[0]
+            self.outcome.failed.append((cell.label, f"(in another run sharing the store) {error}"))
+        self.bar.update(1)
+        return True
 
-    for result in executor.submit(cells, on_start=on_start):
-        cell = result.cell
+    def _record(self, result: CellResult) -> None:
+        cell, name = result.cell, self.sink.name
         if result.error is None:
-            store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished)
-            outcome.done += 1
-        elif store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished):
-            outcome.failed.append((cell.label, result.error.splitlines()[0]))
-            bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
+            self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished, sink=name)
+            self.outcome.done += 1
+        elif self.store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished,
+                                      sink=name):
+            self.outcome.failed.append((cell.label, result.error.splitlines()[0]))
+            self.bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
         else:  # another run sharing the store finished this cell meanwhile: its results stand
-            outcome.done += 1
-            bar.write(f"kept: {cell.label} was finished by another run sharing the store; this attempt "
-                      f"failed ({result.error.splitlines()[0]})")
-        sink(result)
-        bar.update(1)
-    return held
+            self.outcome.elsewhere += 1
+            self.bar.write(f"kept: {cell.label} was finished by another run sharing the store; this attempt "
+                           f"failed ({result.error.splitlines()[0]})")
+            return  # that run's result, that run's log
+        self.sink(result)
 
 
 class _Sink:
-    """`on_result` as the sweep calls it: after its first failure never again (said, not hidden), and,
-    when it has a `name`, the cells it did not take noted in the store for the next run to log."""
+    """`on_result` as the sweep calls it: after its first failure never again (said, not hidden). A
+    sink with a `name` has each cell's log noted as pending in the store with the cell's record and
+    cleared once logged, so what it missed (it failed, or the run was killed first) is logged by the
+    next run with the same sink (`catch_up`)."""
 
     def __init__(self, on_result: Callable[[CellResult], None] | None, store: Store, outcome: SweepOutcome, bar):
         self.on_result, self.store, self.outcome, self.bar = on_result, store, outcome, bar
-        self.name = getattr(on_result, "name", None)
-        self.skipped = 0  # results it was not given, or failed on
+        self.name = getattr(on_result, "name", None) if on_result is not None else None
+        outcome.logs_resume = self.name is not None
+        self.skipped = 0  # results not given to the sink, or that it failed on
 
     def __call__(self, result: CellResult) -> bool:
         """Give the sink `result`; whether it took it."""
         if self.on_result is None:
             return False
-        key = result.cell.key
+        logged = False
         if self.outcome.sink_error is None:
             try:
                 self.on_result(result)
+                logged = True
             except Exception as e:  # noqa: BLE001 - a sink must not stop the sweep; said, not hidden
                 self.outcome.sink_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self.bar.write(f"the result sink failed on {result.cell.label} ({self.outcome.sink_error}); the "
                                "sweep goes on without it, and every cell is still stored")
-            else:
-                if self.name:
-                    self.store.mark_logged(key, self.name)
-                return True
-        self.skipped += 1
+        self.skipped += not logged
         if self.name:
-            self.store.mark_unlogged(key, self.name)
-        return False
+            self.store.settle_log(result.cell.key, self.name, logged)
+        return logged
 
     def catch_up(self, cells: list[Cell]) -> None:
-        """Log the done cells of `cells` an earlier run's failed sink of the same name missed (failed and
-        pending ones run now and are logged then)."""
-        missed = self.store.unlogged(self.name) if self.name else set()
+        """Log the recorded cells of `cells` whose log to this sink is pending and that no live run is
+        delivering, from the stored rows (as the run returned them)."""
+        pending = self.store.pending_logs(self.name) if self.name else set()
         for cell in cells:
-            rec = self.store.cell(cell.key) if cell.key in missed else None
-            if rec is None or rec["status"] != "done":
+            # A failed cell is run again now, and that result is logged.
+            if cell.key not in pending or self.outcome.sink_error or self.store.status(cell.key) != "done":
                 continue
-            if self.outcome.sink_error or not self(CellResult(cell, self.store.cell_rows(cell.key), None,
-                                                              rec["started"], rec["finished"])):
-                return
-            self.outcome.caught_up += 1
+            if self.store.take_pending_log(cell.key, self.name):
+                rec = self.store.cell(cell.key)
+                if self(CellResult(cell, self.store.cell_rows(cell.key), None, rec["started"], rec["finished"])):
+                    self.outcome.caught_up += 1
 
-    def count_unlogged(self, cells: list[Cell]) -> None:
-        """The outcome's count of `cells` the sink has not taken, as the run ends."""
+    def unlogged(self, cells: list[Cell]) -> int:
+        """How many of `cells` this sink has not logged, as the run ends."""
+        if self.on_result is None:
+            return 0
         if self.name:
-            self.outcome.unlogged = len(self.store.unlogged(self.name) & {c.key for c in cells})
-        else:
-            self.outcome.unlogged = self.skipped
+            return len(self.store.pending_logs(self.name) & {c.key for c in cells})
+        return self.skipped
 
 
 class _Lines:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from qdrift import run_slots
+from qdrift import run_locks
 from qdrift.store import Store
 from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, shortform, unique_cells
 from qdrift.sweep.runners import CellRunner
@@ -259,7 +259,8 @@ def test_a_cell_an_earlier_run_started_and_never_recorded_runs_after_the_others(
     cells = unique_cells(parse_sweep(TEXT))
     crashing = cells[0]
     with Store(tmp_path / "r.sqlite") as store:
-        store.mark_started(crashing.key)  # what a killed or crashed run leaves behind
+        with store.running():  # a run that claims a cell and ends without recording it, as a killed one does
+            assert store.claim(crashing.key) == "ours"
         assert store.interrupted() == {crashing.key}
         runner = CountingRunner()
         outcome = run(store, runner)
@@ -287,7 +288,7 @@ def _run_in_thread(path, runner, outcomes, i, sweep=None):
                                 poll_s=0.05)
 
 
-@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_two_runs_sharing_a_store_split_its_cells_and_each_waits_for_the_other(tmp_path):
     # Before claims, each run ran every pending cell: the work was doubled.
     sweep = parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1, 2, 3, 4]"))
@@ -308,7 +309,7 @@ def test_two_runs_sharing_a_store_split_its_cells_and_each_waits_for_the_other(t
         assert len(store.cells("done")) == 8 and store.interrupted() == set()
 
 
-@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_run_dies(tmp_path):
     cells = unique_cells(parse_sweep(TEXT))
     path = tmp_path / "r.sqlite"
@@ -331,7 +332,7 @@ def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_ru
     assert "1 finished by another run sharing the store" in outcomes[0].summary()
 
 
-@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_a_cell_another_run_failed_meanwhile_is_reported_not_run_again(tmp_path):
     cells = unique_cells(parse_sweep(TEXT))
     path = tmp_path / "r.sqlite"
@@ -368,7 +369,7 @@ def test_cells_a_failed_sink_missed_are_logged_from_the_store_by_the_next_run_wi
         outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False, on_result=first)
         assert outcome.done == 4 and len(first.results) == 1 and outcome.unlogged == 3
         assert "3 cell(s) not logged: the next run with the same sink logs them" in outcome.summary()
-        missed = store.unlogged("wandb:me/p")
+        missed = store.pending_logs("wandb:me/p")
         assert len(missed) == 3 and first.results[0].cell.key not in missed
 
         other = FlakySink(name="wandb:me/other")  # another project: not its cells
@@ -381,7 +382,7 @@ def test_cells_a_failed_sink_missed_are_logged_from_the_store_by_the_next_run_wi
         assert {r.cell.key for r in again.results} == missed and len(runner.calls) == 4  # nothing ran again
         for result in again.results:  # the rows as the run returned them, no config columns added
             assert result.error is None and result.rows == runner_rows(result.cell)
-        assert store.unlogged("wandb:me/p") == set()
+        assert store.pending_logs("wandb:me/p") == set()
         assert run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False,
                          on_result=FlakySink()).caught_up == 0
 
@@ -390,13 +391,85 @@ def test_a_sink_that_fails_again_while_catching_up_keeps_the_rest_noted(tmp_path
     with Store(tmp_path / "r.sqlite") as store:
         run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
                   on_result=FlakySink(fail_on=1))
-        assert len(store.unlogged("wandb:me/p")) == 4
+        assert len(store.pending_logs("wandb:me/p")) == 4
         outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
                             on_result=FlakySink(fail_on=3))
         assert (outcome.caught_up, outcome.unlogged) == (2, 2) and outcome.sink_error.startswith("ConnectionError")
-        assert len(store.unlogged("wandb:me/p")) == 2
+        assert len(store.pending_logs("wandb:me/p")) == 2
 
 
 def runner_rows(cell):
     """The rows the runner returns for `cell`, less the kinds it has none of (nothing to store)."""
     return {kind: rows for kind, rows in CountingRunner()(cell).items() if rows}
+
+
+class InterruptingSink(FlakySink):
+    def __call__(self, result):
+        raise KeyboardInterrupt  # Ctrl-C (or a kill) while the cell is being logged
+
+
+def test_a_run_stopped_while_logging_a_cell_leaves_it_for_the_next_run_with_that_sink(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                      on_result=InterruptingSink())
+        (stopped,) = store.cells("done")
+        assert store.pending_logs("wandb:me/p") == {stopped["key"]}
+        sink = FlakySink()
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                            on_result=sink)
+        assert outcome.caught_up == 1 and outcome.done == 3 and len(sink.results) == 4
+        assert store.pending_logs("wandb:me/p") == set()
+
+
+def test_a_sink_without_a_name_says_the_cells_it_missed_are_not_kept(tmp_path):
+    def failing(result):
+        raise ConnectionError("down")
+
+    with Store(tmp_path / "r.sqlite") as store:
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                            on_result=failing)
+    assert outcome.unlogged == 4 and "4 cell(s) not logged: this sink keeps no record of them" in outcome.summary()
+
+
+class CountingExecutor(LocalExecutor):
+    """A LocalExecutor that counts how often it is started (a Ray executor starts a cluster each time)."""
+
+    def __init__(self, runner):
+        super().__init__(runner)
+        self.submits = 0
+
+    def submit(self, cells, on_start=None):
+        self.submits += 1
+        return super().submit(cells, on_start)
+
+
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
+def test_an_executor_is_started_only_for_cells_to_run_not_to_wait_for_held_ones(tmp_path):
+    cells = unique_cells(parse_sweep(TEXT))
+    path = tmp_path / "r.sqlite"
+    with Store(path) as other, other.running():
+        for cell in cells:
+            assert other.claim(cell.key) == "ours"
+        executor, outcomes = CountingExecutor(CountingRunner()), [None]
+
+        def waiting_run():
+            with Store(path) as store:
+                outcomes[0] = run_sweep(parse_sweep(TEXT), store, executor=executor, progress=False, poll_s=0.05)
+
+        waiting = threading.Thread(target=waiting_run)
+        waiting.start()
+        for cell in cells:
+            time.sleep(0.2)
+            other.record_done(cell.key, cell.config(), {"episode": []}, 0.0, 1.0)
+        waiting.join(timeout=10)
+    assert outcomes[0].elsewhere == 4 and executor.submits == 0 and executor.runner.calls == []
+
+
+def test_a_cell_an_older_qdrift_started_and_never_recorded_counts_as_interrupted(tmp_path):
+    cells = unique_cells(parse_sweep(TEXT))
+    with Store(tmp_path / "r.sqlite") as store:
+        store._db.execute("INSERT INTO started VALUES (?, ?)", (cells[0].key, 1.0))  # no hold: written before holds
+        assert store.interrupted() == {cells[0].key}
+        runner = CountingRunner()
+        assert run(store, runner).interrupted == 1 and runner.calls[-1] == cells[0].label

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from qdrift import run_slots
+from qdrift import run_locks
 from qdrift.store import Store
 from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, unique_cells
 from qdrift.sweep.execute import executor_for
@@ -202,7 +202,7 @@ def _hold_then_finish(path, cell, held, seconds):
 
 
 @pytest.mark.ray
-@pytest.mark.skipif(not run_slots.supported(), reason="no flock on this platform")
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_a_ray_sweep_leaves_a_cell_another_run_holds_to_that_run(cluster, tmp_path):
     sweep = parse_sweep(TEXT)
     cells, path, held = unique_cells(sweep), tmp_path / "r.sqlite", threading.Event()

@@ -115,8 +115,11 @@ def cmd_sweep_cell(args) -> int:
             # Recorded before, or by another run while this one waited: an agent run still gets the
             # cell's numbers, its rows as the run gave them.
             rec = store.cell(cell.key)
-            sink(CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"]))
-            store.settle_log(cell.key, sink.name, True)
+            with store.running():  # a pending log of it is taken, so that no other run logs it too
+                took = store.take_pending_log(cell.key, sink.name)
+                sink(CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"]))
+                if took:
+                    store.settle_log(cell.key, sink.name, True)
     print(f"store: {path}")
     _report_sink(sink)
     return 1 if outcome is not None and (outcome.failed or outcome.sink_error) else 0

@@ -129,6 +129,7 @@ class Store:
                     if "locked" in str(e) else "not a store qdrift can open")
             raise ValueError(f"store {self.path} is {kind} ({type(e).__name__}: {e}); a store is an SQLite file "
                              "qdrift writes: name a new file to start one, or the store a sweep wrote") from None
+        _while_locked(self._adopt_unlogged)
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if found is None:
             self._db.executescript(_rows_table("rows") + _INDEX)
@@ -138,6 +139,25 @@ class Store:
         elif int(found[0]) != SCHEMA_VERSION:
             raise ValueError(f"store {self.path} has schema_version {found[0]}; this qdrift reads version "
                              f"{SCHEMA_VERSION} only (write a new store, or use the qdrift that wrote it)")
+
+    def _adopt_unlogged(self) -> None:
+        """Stores from the first version of shared runs noted missed sink logs in `unlogged` and holds in
+        `claims`/`runs`: their notes become pending logs, free for the next run (its `started` rows
+        already read as interrupted), in one transaction."""
+        db = self._db
+        tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables & {"unlogged", "claims", "runs"}:
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if "unlogged" in tables:
+                db.execute("INSERT OR IGNORE INTO pending_logs SELECT key, sink, NULL FROM unlogged")
+            for name in ("unlogged", "claims", "runs"):
+                db.execute(f"DROP TABLE IF EXISTS {name}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def _migrate_from_1(self) -> None:
         """Version 1 allowed row kinds episode, step and item only, in a CHECK that SQLite cannot alter:
@@ -323,12 +343,14 @@ class Store:
         return taken
 
     def settle_log(self, key: str, sink: str, logged: bool) -> None:
-        """Clear the pending log of `key` to `sink` once logged; else leave it to the next run."""
+        """Clear this run's pending log of `key` to `sink` once logged; else leave it to the next run.
+        A row another run has since taken (it recorded the cell again) is that run's to settle."""
         if logged:
-            self._db.execute("DELETE FROM pending_logs WHERE key = ? AND sink = ?", (key, sink))
+            self._db.execute("DELETE FROM pending_logs WHERE key = ? AND sink = ? AND token IS ?",
+                             (key, sink, self._token))
         else:
-            self._db.execute("INSERT INTO pending_logs VALUES (?, ?, NULL) ON CONFLICT (key, sink) DO UPDATE SET "
-                             "token = NULL", (key, sink))
+            self._db.execute("UPDATE pending_logs SET token = NULL WHERE key = ? AND sink = ? AND token IS ?",
+                             (key, sink, self._token))
 
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.

@@ -231,3 +231,32 @@ def test_a_pending_log_is_taken_by_one_run_at_a_time_and_kept_until_logged(tmp_p
         assert b.take_pending_log("k", "wandb:e/p") and not a.take_pending_log("k", "wandb:e/p")
         b.settle_log("k", "wandb:e/p", logged=True)
         assert b.pending_logs("wandb:e/p") == set() and not b.take_pending_log("k", "wandb:e/p")
+
+
+@pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
+def test_a_pending_log_another_run_has_since_taken_is_left_to_that_run(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as a, Store(path) as b, a.running(), b.running():
+        a.record_failed("k", {"n": 1}, "RuntimeError: boom", 0.0, 1.0, sink="wandb:e/p")  # a logs the failure...
+        b.record_done("k", {"n": 1}, {}, 2.0, 3.0, sink="wandb:e/p")  # ...while b re-runs the cell
+        a.settle_log("k", "wandb:e/p", logged=True)
+        assert a.pending_logs("wandb:e/p") == {"k"} and not a.take_pending_log("k", "wandb:e/p")  # b's to log
+        a.settle_log("k", "wandb:e/p", logged=False)
+        assert not a.take_pending_log("k", "wandb:e/p")
+
+
+def test_missed_logs_noted_by_the_first_shared_run_store_become_pending_logs(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        store.record_done("k", {"n": 1}, {}, 0.0, 1.0)
+    db = sqlite3.connect(path)  # the tables that version wrote
+    db.executescript("CREATE TABLE unlogged (key TEXT NOT NULL, sink TEXT NOT NULL, PRIMARY KEY (key, sink));"
+                     "INSERT INTO unlogged VALUES ('k', 'wandb:e/p');"
+                     "CREATE TABLE claims (key TEXT PRIMARY KEY, slot INTEGER NOT NULL, token TEXT NOT NULL);"
+                     "CREATE TABLE runs (slot INTEGER PRIMARY KEY, token TEXT NOT NULL, pid INTEGER NOT NULL, "
+                     "since REAL NOT NULL);")
+    db.close()
+    with Store(path) as store:
+        assert store.pending_logs("wandb:e/p") == {"k"} and store.take_pending_log("k", "wandb:e/p")
+        tables = {n for (n,) in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert not tables & {"unlogged", "claims", "runs"}

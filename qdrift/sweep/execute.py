@@ -9,6 +9,7 @@ at most the cells in flight.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -161,7 +162,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         try:
             run.sink.catch_up(cells)
             held = run.cells(pending)
-            waited, told = time.monotonic(), 0.0
+            waited, told = time.monotonic(), -math.inf
             while held:  # cells other live runs are running: wait for them, take over any whose run died
                 if time.monotonic() - told > 300:  # said at once, then every 5 minutes
                     pids = store.holders(c.key for c in held)
@@ -170,7 +171,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
                                   f"(pid {', '.join(map(str, pids))}; {time.monotonic() - waited:.0f} s so far); a "
                                   "cell whose run dies unrecorded is run here. Ctrl-C stops this run; nothing "
                                   "stored is lost")
-                    told = time.monotonic()
+                        told = time.monotonic()
                 time.sleep(poll_s)
                 held = run.cells(held)
             outcome.unlogged = run.sink.unlogged(cells)
@@ -251,7 +252,7 @@ class _Sink:
 
     def __init__(self, on_result: Callable[[CellResult], None] | None, store: Store, outcome: SweepOutcome, bar):
         self.on_result, self.store, self.outcome, self.bar = on_result, store, outcome, bar
-        self.name = getattr(on_result, "name", None) if on_result is not None else None
+        self.name = (getattr(on_result, "name", None) or None) if on_result is not None else None
         outcome.logs_resume = self.name is not None
         self.skipped = 0  # results not given to the sink, or that it failed on
 

@@ -473,3 +473,11 @@ def test_a_cell_an_older_qdrift_started_and_never_recorded_counts_as_interrupted
         assert store.interrupted() == {cells[0].key}
         runner = CountingRunner()
         assert run(store, runner).interrupted == 1 and runner.calls[-1] == cells[0].label
+
+
+def test_a_sink_named_empty_keeps_no_pending_logs_and_says_so(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        outcome = run_sweep(parse_sweep(TEXT), store, executor=LocalExecutor(CountingRunner()), progress=False,
+                            on_result=FlakySink(name="", fail_on=1))
+        assert store.pending_logs("") == set()
+    assert "4 cell(s) not logged: this sink keeps no record of them" in outcome.summary()

@@ -37,12 +37,17 @@ class RunLock:
     def __init__(self, folder: Path):
         if fcntl is None:
             raise RuntimeError("run locks need fcntl.flock, which this platform lacks")
-        folder.mkdir(exist_ok=True)
         self.folder, self.token = folder, secrets.token_hex(8)
         # Locked under a name no probe reads, then renamed: a run looking for dead runs' files never
         # finds this one unlocked.
         hidden = folder / f".new-{self.token}"
-        self._fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        while True:
+            folder.mkdir(exist_ok=True)
+            try:
+                self._fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError:  # the last run to end removed the empty folder meanwhile
+                continue
         fcntl.flock(self._fd, fcntl.LOCK_EX)  # a new file: nobody else holds it
         os.rename(hidden, folder / self.token)
         _remove_dead(folder, self.token)
@@ -52,6 +57,8 @@ class RunLock:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.folder / self.token)
         os.close(self._fd)
+        with contextlib.suppress(OSError):  # the last run leaves no folder; one still in use is not empty
+            self.folder.rmdir()
 
 
 def alive(folder: Path, token: str) -> bool:

@@ -22,7 +22,7 @@ def cmd_card(args) -> int:
         if args.verify:
             tool_calls, data = tool_calls_from_verify(args.verify, args.verify_endpoint)
         if args.store:  # opened as the sweep commands open it: a missing one is refused, not carded as empty
-            from qdrift.cli_sweep import open_store
+            from qdrift.cli_store import open_store
 
             with open_store(args.store, existing=True) as store:
                 short_form = short_form_from_store(store, args.baseline, str(spec), args.store_model)

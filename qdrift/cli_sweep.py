@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from qdrift.cli_store import open_store
 from qdrift.cli_types import positive_int
 
 
@@ -93,7 +94,7 @@ def cmd_sweep_run(args) -> int:
 
 def cmd_sweep_cell(args) -> int:
     from qdrift.sweep import run_sweep
-    from qdrift.sweep.execute import CellResult
+    from qdrift.sweep.execute import stored_result
     from qdrift.sweep.wandb_sweep import select_cell, single_cell_sweep
 
     sweep, path = _load(args)
@@ -114,10 +115,9 @@ def cmd_sweep_cell(args) -> int:
         if sink is not None and (outcome is None or outcome.elsewhere):
             # Recorded before, or by another run while this one waited: an agent run still gets the
             # cell's numbers, its rows as the run gave them.
-            rec = store.cell(cell.key)
             with store.running():  # a pending log of it is taken, so that no other run logs it too
                 took = store.take_pending_log(cell.key, sink.name)
-                sink(CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"]))
+                sink(stored_result(store, cell))
                 if took:
                     store.settle_log(cell.key, sink.name, True)
     print(f"store: {path}")
@@ -270,17 +270,3 @@ def add_parser(sub) -> None:
                    help="the config the variants are compared with (default: baseline); one no cell has is refused")
     c.add_argument("--out", help="report path (default: the store path with .md); plots are saved beside it")
     c.set_defaults(func=cmd_compare)
-
-
-def open_store(path, existing: bool = False):
-    """The store at `path`, or the reason it cannot be opened as a clean error (not a traceback); every
-    command taking --store opens it here, so each names a bad store alike. `existing`: a missing file is
-    refused, not created, for commands that only read (an empty store reports nothing)."""
-    from qdrift.store import Store
-
-    if existing and not Path(path).exists():
-        raise SystemExit(f"qdrift: no results store at {path} (run `qdrift sweep run FILE --store {path}` first)")
-    try:
-        return Store(path)
-    except ValueError as e:
-        raise SystemExit(f"qdrift: {e}") from None

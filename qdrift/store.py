@@ -129,7 +129,6 @@ class Store:
                     if "locked" in str(e) else "not a store qdrift can open")
             raise ValueError(f"store {self.path} is {kind} ({type(e).__name__}: {e}); a store is an SQLite file "
                              "qdrift writes: name a new file to start one, or the store a sweep wrote") from None
-        _while_locked(self._adopt_unlogged)
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if found is None:
             self._db.executescript(_rows_table("rows") + _INDEX)
@@ -140,41 +139,27 @@ class Store:
             raise ValueError(f"store {self.path} has schema_version {found[0]}; this qdrift reads version "
                              f"{SCHEMA_VERSION} only (write a new store, or use the qdrift that wrote it)")
 
-    def _adopt_unlogged(self) -> None:
-        """Stores from the first version of shared runs noted missed sink logs in `unlogged` and holds in
-        `claims`/`runs`: their notes become pending logs, free for the next run (its `started` rows
-        already read as interrupted), in one transaction."""
-        db = self._db
-        tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables & {"unlogged", "claims", "runs"}:
-            return
-        db.execute("BEGIN IMMEDIATE")
+    @contextmanager
+    def _transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error: all of it is written, or none."""
+        self._db.execute("BEGIN IMMEDIATE")
         try:
-            if "unlogged" in tables:
-                db.execute("INSERT OR IGNORE INTO pending_logs SELECT key, sink, NULL FROM unlogged")
-            for name in ("unlogged", "claims", "runs"):
-                db.execute(f"DROP TABLE IF EXISTS {name}")
+            yield self._db
         except BaseException:
-            db.execute("ROLLBACK")
+            self._db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
+        self._db.execute("COMMIT")
 
     def _migrate_from_1(self) -> None:
         """Version 1 allowed row kinds episode, step and item only, in a CHECK that SQLite cannot alter:
         copy the rows into a table with the current kinds, in one transaction (all or nothing)."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             db.execute(_rows_table("rows_v2"))
             db.execute("INSERT INTO rows_v2 (id, cell, kind, data) SELECT id, cell, kind, data FROM rows")
             db.execute("DROP TABLE rows")
             db.execute("ALTER TABLE rows_v2 RENAME TO rows")
             db.execute(_INDEX)
             db.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         self._db.close()
@@ -211,14 +196,11 @@ class Store:
         return self._write(key, config, "failed", error, started, finished, [], sink)
 
     def _write(self, key, config, status, error, started, finished, payload, sink=None) -> bool:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             if status == "failed":
                 now = db.execute("SELECT status FROM cells WHERE key = ?", (key,)).fetchone()
                 if now is not None and now[0] == "done":
-                    db.execute("ROLLBACK")
-                    return False
+                    return False  # nothing written yet: the transaction commits nothing
             db.execute("DELETE FROM rows WHERE cell = ?", (key,))
             db.execute(
                 "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created) "
@@ -231,10 +213,6 @@ class Store:
             db.execute("DELETE FROM holds WHERE key = ?", (key,))
             if sink is not None:
                 db.execute("INSERT OR REPLACE INTO pending_logs VALUES (?, ?, ?)", (key, sink, self._token))
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
         return True
 
     @contextmanager
@@ -263,19 +241,13 @@ class Store:
 
     def claim(self, key: str, seen_attempts: int | None = None) -> str:
         """Take cell `key` for this run: 'ours' (noted as started), or why not (`peek`)."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             state = self.peek(key, seen_attempts)
             if state == "free":
                 state = "ours"
                 db.execute("INSERT OR REPLACE INTO started VALUES (?, ?)", (key, time.time()))
                 if self._run is not None:
                     db.execute("INSERT OR REPLACE INTO holds VALUES (?, ?, ?)", (key, self._token, os.getpid()))
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
         return state
 
     def peek(self, key: str, seen_attempts: int | None = None) -> str:
@@ -292,11 +264,6 @@ class Store:
     def attempts(self) -> dict[str, int]:
         """{key: attempts recorded} of every recorded cell."""
         return dict(self._db.execute("SELECT key, attempts FROM cells").fetchall())
-
-    def error(self, key: str) -> str | None:
-        """The error a failed cell was recorded with."""
-        found = self._db.execute("SELECT error FROM cells WHERE key = ?", (key,)).fetchone()
-        return found[0] if found else None
 
     def _alive_elsewhere(self, token: str | None) -> bool:
         """Whether `token` names a live run other than this one."""
@@ -329,17 +296,11 @@ class Store:
     def take_pending_log(self, key: str, sink: str) -> bool:
         """Take the pending log of cell `key` to `sink` for this run: False when there is none, or a
         live run is delivering it."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             found = db.execute("SELECT token FROM pending_logs WHERE key = ? AND sink = ?", (key, sink)).fetchone()
             taken = found is not None and not self._alive_elsewhere(found[0])
             if taken:
                 db.execute("UPDATE pending_logs SET token = ? WHERE key = ? AND sink = ?", (self._token, key, sink))
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
         return taken
 
     def settle_log(self, key: str, sink: str, logged: bool) -> None:

@@ -218,7 +218,7 @@ def test_a_cell_recorded_failed_since_a_run_saw_it_is_not_retried_by_it(tmp_path
         store.record_failed("k", {"n": 1}, "RuntimeError: boom", 10.0, 11.0)
         assert store.claim("k", seen_attempts=1) == "ours"  # failed before this run saw it: retried
         store.record_failed("k", {"n": 1}, "RuntimeError: boom", 5.0, 6.0)  # recorded late, an earlier time
-        assert store.claim("k", seen_attempts=1) == "failed" and store.error("k") == "RuntimeError: boom"
+        assert store.claim("k", seen_attempts=1) == "failed" and store.cell("k")["error"] == "RuntimeError: boom"
 
 
 def test_a_pending_log_is_taken_by_one_run_at_a_time_and_kept_until_logged(tmp_path):
@@ -243,20 +243,3 @@ def test_a_pending_log_another_run_has_since_taken_is_left_to_that_run(tmp_path)
         assert a.pending_logs("wandb:e/p") == {"k"} and not a.take_pending_log("k", "wandb:e/p")  # b's to log
         a.settle_log("k", "wandb:e/p", logged=False)
         assert not a.take_pending_log("k", "wandb:e/p")
-
-
-def test_missed_logs_noted_by_the_first_shared_run_store_become_pending_logs(tmp_path):
-    path = tmp_path / "r.sqlite"
-    with Store(path) as store:
-        store.record_done("k", {"n": 1}, {}, 0.0, 1.0)
-    db = sqlite3.connect(path)  # the tables that version wrote
-    db.executescript("CREATE TABLE unlogged (key TEXT NOT NULL, sink TEXT NOT NULL, PRIMARY KEY (key, sink));"
-                     "INSERT INTO unlogged VALUES ('k', 'wandb:e/p');"
-                     "CREATE TABLE claims (key TEXT PRIMARY KEY, slot INTEGER NOT NULL, token TEXT NOT NULL);"
-                     "CREATE TABLE runs (slot INTEGER PRIMARY KEY, token TEXT NOT NULL, pid INTEGER NOT NULL, "
-                     "since REAL NOT NULL);")
-    db.close()
-    with Store(path) as store:
-        assert store.pending_logs("wandb:e/p") == {"k"} and store.take_pending_log("k", "wandb:e/p")
-        tables = {n for (n,) in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert not tables & {"unlogged", "claims", "runs"}

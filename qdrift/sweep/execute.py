@@ -39,6 +39,12 @@ class Executor(Protocol):
         ...
 
 
+def stored_result(store: Store, cell: Cell) -> CellResult:
+    """A done cell's result as its run returned it, read back from the store (for a result sink)."""
+    rec = store.cell(cell.key)
+    return CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"])
+
+
 def run_cell(runner: Callable[[Cell], dict[str, list[dict]]], cell: Cell) -> CellResult:
     """Run one cell; an exception becomes a failed result carrying its traceback (the sweep goes on)."""
     started = time.time()
@@ -222,7 +228,7 @@ class _Run:
         if state == "done":  # another run sharing the store recorded it while this one ran
             self.outcome.elsewhere += 1
         else:  # failed there: not tried twice in a row (a rerun retries it)
-            error = ((self.store.error(cell.key) or "").splitlines() or [""])[0]
+            error = ((self.store.cell(cell.key)["error"] or "").splitlines() or [""])[0]
             self.outcome.failed.append((cell.label, f"(in another run sharing the store) {error}"))
         self.bar.update(1)
         return True
@@ -282,10 +288,8 @@ class _Sink:
             # A failed cell is run again now, and that result is logged.
             if cell.key not in pending or self.outcome.sink_error or self.store.status(cell.key) != "done":
                 continue
-            if self.store.take_pending_log(cell.key, self.name):
-                rec = self.store.cell(cell.key)
-                if self(CellResult(cell, self.store.cell_rows(cell.key), None, rec["started"], rec["finished"])):
-                    self.outcome.caught_up += 1
+            if self.store.take_pending_log(cell.key, self.name) and self(stored_result(self.store, cell)):
+                self.outcome.caught_up += 1
 
     def unlogged(self, cells: list[Cell]) -> int:
         """How many of `cells` this sink has not logged, as the run ends."""

@@ -3,6 +3,7 @@
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -282,23 +283,37 @@ class SlowRunner(CountingRunner):
         return super().__call__(cell)
 
 
-def _run_in_thread(path, runner, outcomes, i, sweep=None):
-    with Store(path) as store:  # a connection of its own, as another process would have
-        outcomes[i] = run_sweep(sweep or parse_sweep(TEXT), store, executor=LocalExecutor(runner), progress=False,
-                                poll_s=0.05)
+class ThreadRun(threading.Thread):
+    """A sweep run in a thread, with a store connection of its own as another process would have."""
+
+    def __init__(self, path, executor, sweep=None):
+        super().__init__()
+        self.path, self.executor, self.sweep, self.outcome = path, executor, sweep or parse_sweep(TEXT), None
+
+    def run(self):
+        with Store(self.path) as store:
+            self.outcome = run_sweep(self.sweep, store, executor=self.executor, progress=False, poll_s=0.05)
+
+
+def wait_until(condition, seconds=10.0):
+    """Poll `condition` until it holds (a thread's progress, not a fixed sleep, under any load)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 @pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_two_runs_sharing_a_store_split_its_cells_and_each_waits_for_the_other(tmp_path):
     # Before claims, each run ran every pending cell: the work was doubled.
     sweep = parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1, 2, 3, 4]"))
-    runners, outcomes = [SlowRunner(0.2), SlowRunner(0.2)], [None, None]
-    threads = [threading.Thread(target=_run_in_thread, args=(tmp_path / "r.sqlite", r, outcomes, i, sweep))
-               for i, r in enumerate(runners)]
+    runners = [SlowRunner(0.2), SlowRunner(0.2)]
+    threads = [ThreadRun(tmp_path / "r.sqlite", LocalExecutor(r), sweep) for r in runners]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    outcomes = [t.outcome for t in threads]
     calls = runners[0].calls + runners[1].calls
     assert sorted(calls) == sorted(c.label for c in unique_cells(sweep))  # each cell once
     assert runners[0].calls and runners[1].calls
@@ -316,20 +331,20 @@ def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_ru
     with Store(path) as other:
         with other.running():
             assert other.claim(cells[0].key) == "ours" and other.claim(cells[1].key) == "ours"
-            runner, outcomes = CountingRunner(), [None]
-            waiting = threading.Thread(target=_run_in_thread, args=(path, runner, outcomes, 0))
+            runner = CountingRunner()
+            waiting = ThreadRun(path, LocalExecutor(runner))
             waiting.start()
-            time.sleep(0.5)
+            wait_until(lambda: len(runner.calls) == 2)
             assert sorted(runner.calls) == sorted(c.label for c in cells[2:])  # the held two wait
             other.record_done(cells[0].key, cells[0].config(), {"episode": []}, 0.0, 1.0)
-            time.sleep(0.3)
-            assert waiting.is_alive()  # the second is still held
+            time.sleep(0.3)  # six polls
+            assert waiting.is_alive() and len(runner.calls) == 2  # the second is still held
         # the holding run ends without recording its second cell (as a killed run would)
         waiting.join(timeout=10)
     assert not waiting.is_alive()
     assert runner.calls[-1] == cells[1].label and len(runner.calls) == 3
-    assert outcomes[0].done == 3 and outcomes[0].elsewhere == 1
-    assert "1 finished by another run sharing the store" in outcomes[0].summary()
+    assert waiting.outcome.done == 3 and waiting.outcome.elsewhere == 1
+    assert "1 finished by another run sharing the store" in waiting.outcome.summary()
 
 
 @pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
@@ -339,15 +354,16 @@ def test_a_cell_another_run_failed_meanwhile_is_reported_not_run_again(tmp_path)
     with Store(path) as other:
         with other.running():
             other.claim(cells[0].key)
-            runner, outcomes = CountingRunner(), [None]
-            waiting = threading.Thread(target=_run_in_thread, args=(path, runner, outcomes, 0))
+            runner = CountingRunner()
+            waiting = ThreadRun(path, LocalExecutor(runner))
             waiting.start()
-            time.sleep(0.5)
+            wait_until(lambda: len(runner.calls) == 3)  # the others done: it waits for the held one
             other.record_failed(cells[0].key, cells[0].config(), "RuntimeError: out of memory\n\nTraceback", time.time(),
                                 time.time())
             waiting.join(timeout=10)
-    assert cells[0].label not in runner.calls and outcomes[0].done == 3
-    assert outcomes[0].failed == [(cells[0].label, "(in another run sharing the store) RuntimeError: out of memory")]
+    assert cells[0].label not in runner.calls and waiting.outcome.done == 3
+    assert waiting.outcome.failed == [(cells[0].label,
+                                       "(in another run sharing the store) RuntimeError: out of memory")]
 
 
 class FlakySink:
@@ -451,19 +467,15 @@ def test_an_executor_is_started_only_for_cells_to_run_not_to_wait_for_held_ones(
     with Store(path) as other, other.running():
         for cell in cells:
             assert other.claim(cell.key) == "ours"
-        executor, outcomes = CountingExecutor(CountingRunner()), [None]
-
-        def waiting_run():
-            with Store(path) as store:
-                outcomes[0] = run_sweep(parse_sweep(TEXT), store, executor=executor, progress=False, poll_s=0.05)
-
-        waiting = threading.Thread(target=waiting_run)
+        executor = CountingExecutor(CountingRunner())
+        waiting = ThreadRun(path, executor)
         waiting.start()
+        wait_until(lambda: len(list(Path(f"{path.resolve()}-runs").iterdir())) == 2)  # its run lock is taken
         for cell in cells:
             time.sleep(0.2)
             other.record_done(cell.key, cell.config(), {"episode": []}, 0.0, 1.0)
         waiting.join(timeout=10)
-    assert outcomes[0].elsewhere == 4 and executor.submits == 0 and executor.runner.calls == []
+    assert waiting.outcome.elsewhere == 4 and executor.submits == 0 and executor.runner.calls == []
 
 
 def test_a_cell_an_older_qdrift_started_and_never_recorded_counts_as_interrupted(tmp_path):

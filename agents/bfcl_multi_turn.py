@@ -56,10 +56,7 @@ class BFCLMultiTurn:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         entries = load_multi_turn(category)
-        if entry is None:
-            entry = seed % len(entries)
-        if isinstance(entry, bool) or not isinstance(entry, int) or not 0 <= entry < len(entries):
-            raise ValueError(f"entry must be an integer in 0..{len(entries) - 1} for {category}, got {entry!r}")
+        entry = self._entry_index(seed, category, entry)
         self.seed, self.category, self.entry_index = seed, category, entry
         self.entry = entries[entry]
         self.turns = self.entry["turns"][:horizon]
@@ -77,8 +74,17 @@ class BFCLMultiTurn:
     def instance_key(cls, seed: int, category: str = "multi_turn_base", entry: int | None = None, **_knobs) -> str:
         """The BFCL entry a seed plays, without building the episode (a sweep asks it for every seed):
         seeds that give the same entry are the same item."""
-        ids = usable_entry_ids(category)
-        return ids[entry if entry is not None else seed % len(ids)]
+        return usable_entry_ids(category)[cls._entry_index(seed, category, entry)]
+
+    @staticmethod
+    def _entry_index(seed: int, category: str, entry: int | None) -> int:
+        """The index of the entry a seed plays: `entry` when given (checked), else the seed's."""
+        count = len(usable_entry_ids(category))
+        if entry is None:
+            return seed % count
+        if isinstance(entry, bool) or not isinstance(entry, int) or not 0 <= entry < count:
+            raise ValueError(f"entry must be an integer in 0..{count - 1} for {category}, got {entry!r}")
+        return entry
 
     def tools(self) -> list[dict]:
         return self._tools

@@ -186,3 +186,7 @@ def test_the_instance_key_of_a_seed_is_the_entry_its_episode_plays():
     for seed, knobs in [(0, {}), (5, {}), (196, {}), (197, {}), (3, {"entry": 40}), (7, {"category": "multi_turn_long_context"})]:
         env = make_environment("bfcl_multi_turn", 1, seed, **knobs)
         assert type(env).instance_key(seed=seed, **knobs) == env.entry["id"]
+    env_class = type(env)
+    for entry in (-1, 10_000, True):  # checked as the episode checks it, not wrapped round
+        with pytest.raises(ValueError, match="entry must be an integer in 0.."):
+            env_class.instance_key(seed=0, entry=entry)

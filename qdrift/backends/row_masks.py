@@ -12,6 +12,7 @@ no transformers mask counts positions per row.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -45,8 +46,14 @@ def takes_masks_by_kind(model) -> bool:
     dict)`; there is no flag to ask, so the decoder's source is read for it.
     """
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    return _forward_reads_mask_mapping(type(decoder))
+
+
+@functools.cache
+def _forward_reads_mask_mapping(decoder_class: type) -> bool:
+    """Read once per decoder class: every session of a model would read the same source."""
     try:
-        return "causal_mask_mapping" in inspect.getsource(type(decoder).forward)
+        return "causal_mask_mapping" in inspect.getsource(decoder_class.forward)
     except (OSError, TypeError):
         return False
 

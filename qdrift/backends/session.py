@@ -63,11 +63,12 @@ class BatchSession:
         # those masks cannot stand in (another attention kind or implementation), a padded batch stops
         # once its cache is wider than the window, as a padded row would lose tokens inside its window.
         kinds = sliding_kinds(model)
-        self.row_masks = kinds if batch > 1 and kinds and not unsupported(model, kinds) else None
+        problem = unsupported(model, kinds) if kinds else None
+        self.row_masks = kinds if batch > 1 and kinds and not problem else None
         self.sliding_window = None
         if kinds and not self.row_masks:
             self.sliding_window = min(w for w in kinds.values() if w)
-            self._no_row_masks = unsupported(model, kinds) or "one row needs no per-row masks"
+            self._no_row_masks = problem or "one row needs no per-row masks"
         if paged:
             layers = model.config.get_text_config().num_hidden_layers
             self.cache = PagedCache(layers, batch, self.device, page_size, check_pages)

@@ -160,13 +160,27 @@ class KVTensorQuantizer:
             start = end - first
             states[..., start : start + ready[0], :] = self.qdq(states[..., start : start + ready[0], :])
         else:  # padding interleaves the rows' tokens: each row's own columns
-            for r, k in enumerate(ready):
-                if k:
+            rows = [r for r, k in enumerate(ready) if k]
+            if len({ready[r] for r in rows}) == 1 and self.generator(states.device) is None:
+                self._settle_gathered(states, pending, ready, real, rows)
+            else:  # rows settling different counts (or a random stream drawn row by row): one row at a time
+                for r in rows:
                     cols = real[r].nonzero().squeeze(1)
-                    take = cols[len(cols) - pending[r] : len(cols) - pending[r] + k].to(states.device)
+                    take = cols[len(cols) - pending[r] : len(cols) - pending[r] + ready[r]].to(states.device)
                     row = states[r : r + 1]  # a view: writing into it writes the cache
                     row[:, :, take] = self.qdq(row[:, :, take])
         return [p - k for p, k in zip(pending, ready, strict=True)]
+
+    def _settle_gathered(self, states, pending, ready, real, rows) -> None:
+        """Rows settling the same count (every decode step once the windows are full): their columns
+        gathered into one [rows, H, k, D] run, quantized at once and written back. Dynamic scales are
+        per token, group or token block, so within a row: the same values as row by row."""
+        rank = real[rows].cumsum(dim=1)  # each column's count of real tokens up to it
+        first = rank[:, -1] - torch.tensor([pending[r] for r in rows])  # real tokens before the pending ones
+        take = real[rows] & (rank > first[:, None]) & (rank <= first[:, None] + ready[rows[0]])
+        cols = take.nonzero()[:, 1].reshape(len(rows), ready[rows[0]]).to(states.device)
+        at = (torch.tensor(rows, device=states.device)[:, None], slice(None), cols)
+        states[at] = self.qdq(states[at].transpose(1, 2)).transpose(1, 2)
 
 
 class LayerKVQuantizer:

@@ -204,6 +204,41 @@ def test_padded_rows_settle_their_own_tokens_as_they_would_alone(spec):
     assert all(layer._qdrift_pending[0][r] < totals[r] for r in range(2))  # some tokens did settle
 
 
+@pytest.mark.parametrize("spec", ["w16-a16-kv:4@dyn-win3", "w16-a16-kv:4g4@dyn-win2", "w16-a16-kv:fp8e4m3@unit-win4"])
+def test_decode_steps_after_padded_writes_settle_all_rows_in_one_run_as_each_would_alone(spec, monkeypatch):
+    # After a padded write each row's pending tokens sit in its own columns, padding among them, for the
+    # next `window` decode steps; rows settling the same count then are quantized in one gathered run
+    # (row by row before: one call per row per step).
+    from qdrift.quant.kv import KVTensorQuantizer, written_columns
+
+    torch.manual_seed(1)
+    lengths = [(5, 2), (1, 3)] + [(1, 1)] * 12  # two padded writes, then decode steps of one token a row
+    rows = [[torch.randn(1, 2, n, 8) for n, _ in lengths], [torch.randn(1, 2, n, 8) for _, n in lengths]]
+    batched, alone = _deferred_layer(spec), [_deferred_layer(spec), _deferred_layer(spec)]
+    calls = []
+    qdq = KVTensorQuantizer.qdq
+    monkeypatch.setattr(KVTensorQuantizer, "qdq", lambda self, x: calls.append(x.shape[0]) or qdq(self, x))
+    decoding = []  # the rows of each quantize call of the decode steps
+    for i, (a, b) in enumerate(lengths):
+        x = torch.zeros(2, 2, max(a, b), 8)
+        x[0, :, :a], x[1, :, :b] = rows[0][i][0], rows[1][i][0]
+        with written_columns(batched, torch.arange(max(a, b))[None, :] < torch.tensor([a, b])[:, None]):
+            batched.layers[0].update(x, x.clone())
+        if i >= 2:
+            decoding += calls
+        calls.clear()
+    for r in range(2):
+        for i in range(len(lengths)):
+            if lengths[i][r]:
+                alone[r].layers[0].update(rows[r][i], rows[r][i].clone())
+    layer = batched.layers[0]
+    for r in range(2):
+        cols = layer._qdrift_real[r].nonzero().squeeze(1)
+        assert torch.equal(layer.keys[r][:, cols], alone[r].layers[0].keys[0])
+        assert torch.equal(layer.values[r][:, cols], alone[r].layers[0].values[0])
+    assert decoding and set(decoding) == {2}  # both rows in each run
+
+
 def test_cropping_and_reordering_a_padded_batch_keep_each_rows_pending_tokens():
     from qdrift.quant.kv import written_columns
 

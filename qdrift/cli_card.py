@@ -23,15 +23,24 @@ def cmd_card(args) -> int:
             tool_calls, data = tool_calls_from_verify(args.verify, args.verify_endpoint)
         if args.store:  # opened as the sweep commands open it: a missing one is refused, not carded as empty
             from qdrift.cli_store import open_store
+            from qdrift.store import UNRECORDED_CODE
 
             with open_store(args.store, existing=True) as store:
                 short_form = short_form_from_store(store, args.baseline, str(spec), args.store_model)
                 long_horizon = long_horizon_from_store(store, args.baseline, str(spec), args.store_model)
                 weights = store.model_fingerprints()
+                codes = store.code_fingerprints()
             data.append({"role": "results store", "path": str(args.store), "sha256": file_sha256(args.store)})
             data += [{"role": "model weights the store's sweeps ran (sha256 over the model's files, "
                               "qdrift.models.fingerprint)", "path": ref, "sha256": fp}
                      for ref, fp in sorted(weights.items()) if args.store_model in (None, ref)]
+            # The card's data entries each name a sha256, so results of unrecorded code are said in words.
+            unrecorded = ("; some results were measured by a qdrift from before code fingerprints, which did not "
+                          "record its code" if UNRECORDED_CODE in codes else "")
+            data += [{"role": "qdrift code that measured the store's results (sha256 over its sources, built-in "
+                              f"environments and task files, qdrift.code_fingerprint){unrecorded}",
+                      "path": "qdrift", "sha256": fp}
+                     for fp in codes if fp != UNRECORDED_CODE]
         card = build_card(spec, args.served_model, tool_calls, short_form, long_horizon, data)
     except (ValueError, FileNotFoundError, CardError) as e:
         raise SystemExit(f"qdrift card: {e}") from None

@@ -12,7 +12,8 @@ def cmd_paper(args) -> int:
     from qdrift.sweep import SweepError
 
     try:
-        build_paper(args.dir, run=not args.no_run, progress=not args.quiet)
+        build_paper(args.dir, run=not args.no_run, progress=not args.quiet,
+                    allow_code_change=args.allow_code_change)
     except (FileNotFoundError, ValueError, SweepError) as e:
         raise SystemExit(f"qdrift paper: {e}") from None
     return 0
@@ -24,4 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("dir", nargs="?", default="paper", help="the paper directory (holds paper.yaml); default: paper")
     p.add_argument("--no-run", action="store_true", help="do not run missing cells; build from the stores as they are")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="resume stores whose results other qdrift code measured (only for a change that cannot "
+                        "alter results; each store then lists both codes)")
     p.set_defaults(func=cmd_paper)

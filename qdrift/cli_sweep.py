@@ -80,8 +80,9 @@ def cmd_sweep_run(args) -> int:
     with open_store(path) as store:
         sink = _sink(args, sweep, store, path)
         try:
-            outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink)
-        except (ValueError, FileNotFoundError) as e:  # e.g. the model's files changed or are missing
+            outcome = run_sweep(sweep, store, executor=chosen, progress=not args.quiet, on_result=sink,
+                                allow_code_change=args.allow_code_change)
+        except (ValueError, FileNotFoundError) as e:  # e.g. the model's files or qdrift's code changed
             raise SystemExit(f"qdrift sweep: {e}") from None
     print(outcome.summary())
     print(f"store: {path}")
@@ -110,7 +111,11 @@ def cmd_sweep_cell(args) -> int:
         if store.status(cell.key) == "done":
             print(f"{cell.label}: already done in {path} (cell {cell.key}); not run again")
         else:
-            outcome = run_sweep(single_cell_sweep(sweep, cell), store, progress=not args.quiet, on_result=sink)
+            try:
+                outcome = run_sweep(single_cell_sweep(sweep, cell), store, progress=not args.quiet, on_result=sink,
+                                    allow_code_change=args.allow_code_change)
+            except (ValueError, FileNotFoundError) as e:  # e.g. the model's files or qdrift's code changed
+                raise SystemExit(f"qdrift sweep: {e}") from None
             print(f"{cell.label}: {'failed: ' + outcome.failed[0][1] if outcome.failed else 'done'} (cell {cell.key})")
         if sink is not None and (outcome is None or outcome.elsewhere):
             # Recorded before, or by another run while this one waited: an agent run still gets the
@@ -165,12 +170,18 @@ def _add_wandb_flags(p) -> None:
     p.add_argument("--wandb-dir", help="where the wandb/ run folders go (default: beside the store)")
 
 
+def _add_code_change_flag(p) -> None:
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="resume a store whose results other qdrift code measured (only for a change that cannot "
+                        "alter results; the store then lists both codes)")
+
+
 def cmd_sweep_status(args) -> int:
     from qdrift.sweep import unique_cells
 
     sweep, path = _load(args)
     cells = unique_cells(sweep)
-    recorded, running, pids, interrupted = {}, set(), {}, set()
+    recorded, running, pids, interrupted, codes = {}, set(), {}, set(), []
     if path.exists():
         with open_store(path) as store:
             recorded = {c["key"]: c for c in store.cells()}
@@ -178,6 +189,7 @@ def cmd_sweep_status(args) -> int:
             running = {c.key for c in cells if store.peek(c.key) == "held"}
             pids = {k: store.holders([k]) for k in running}
             interrupted = store.interrupted()
+            codes = store.code_fingerprints()
     counts = {"done": 0, "failed": 0, "running": 0, "pending": 0}
     for cell in cells:
         rec = recorded.get(cell.key)
@@ -196,7 +208,19 @@ def cmd_sweep_status(args) -> int:
     now = f", {counts['running']} running" if counts["running"] else ""
     print(f"{sweep.name}: {len(cells)} cells, {counts['done']} done, {counts['failed']} failed{now}, "
           f"{counts['pending']} pending (store: {path})")
+    if codes:
+        print(_code_line(codes))
     return 0
+
+
+def _code_line(codes: list[str]) -> str:
+    """Which code measured the store's results, against the running one (`qdrift.code_fingerprint`)."""
+    from qdrift.code_fingerprint import code_fingerprint
+
+    current = code_fingerprint()
+    same = "this qdrift's code" if codes[-1] == current else f"not this qdrift's code (sha256 {current[:16]}...)"
+    earlier = f"; earlier results by {', '.join(c[:16] for c in codes[:-1])}" if len(codes) > 1 else ""
+    return f"code: sha256 {codes[-1][:16]}..., {same}{earlier}"
 
 
 def _print_report(path: Path, sweep) -> None:
@@ -240,6 +264,7 @@ def add_parser(sub) -> None:
     run.add_argument("--workers", type=positive_int, metavar="N",
                      help="Ray workers running cells at once (default: the file's 'workers', else one per CPU)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_code_change_flag(run)
     run.add_argument("--report", action="store_true",
                      help="then write the compare report beside the store and print it (as `qdrift compare`)")
     _add_wandb_flags(run)
@@ -253,6 +278,7 @@ def add_parser(sub) -> None:
     cell.add_argument("--store", help="SQLite results store (default: <sweep name>.sqlite)")
     cell.add_argument("--threads", type=positive_int, help="torch CPU threads (overrides the file's 'threads')")
     cell.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_code_change_flag(cell)
     _add_wandb_flags(cell)
     cell.set_defaults(func=cmd_sweep_cell, under_agent=True)
     wc = ssub.add_parser("wandb-config", help="a W&B sweep configuration (grid) whose agent runs are the cells")

@@ -71,6 +71,14 @@ CREATE TABLE IF NOT EXISTS {name} (
 _INDEX = "CREATE INDEX IF NOT EXISTS rows_by_cell ON rows (cell, kind);"
 
 
+# In `code_fingerprints()`: results written before qdrift recorded the code that measured them.
+UNRECORDED_CODE = "unrecorded"
+
+
+class CodeChanged(ValueError):
+    """The store holds results measured by other qdrift code than the running one."""
+
+
 def _rows_table(name: str) -> str:
     return _ROWS.format(name=name, kinds=", ".join(f"'{k}'" for k in KINDS))
 
@@ -231,6 +239,43 @@ class Store(SharedRuns):
                 f"store {self.path} holds results of model '{ref}' with weights sha256 {stored[:16]}..., but "
                 f"'{ref}' now loads weights sha256 {fingerprint[:16]}...; resuming would mix the two. Write "
                 f"to a new store (or delete this one to re-measure), or restore the weights it was run with")
+
+    def check_code(self, fingerprint: str, allow_change: bool = False) -> None:
+        """Record the measuring code's fingerprint (`qdrift.code_fingerprint`) on first use; raise if the
+        store's results were measured by other code, unless `allow_change` (then the store keeps both).
+
+        Cells are keyed by the qdrift version, which code edits leave as it is, so this is what keeps
+        a store resumed after a change to scoring, quantization or an environment from mixing the two.
+        """
+        with self._transaction() as db:
+            found = db.execute("SELECT value FROM meta WHERE name = 'code'").fetchone()
+            earlier = json.loads((db.execute("SELECT value FROM meta WHERE name = 'code_earlier'").fetchone()
+                                  or ["[]"])[0])
+            has_results = db.execute("SELECT 1 FROM cells WHERE status = 'done' LIMIT 1").fetchone() is not None
+            if has_results and (found is None or found[0] != fingerprint):
+                # A store written before qdrift recorded its code holds results of unknown code: not guessed.
+                stored = UNRECORDED_CODE if found is None else found[0]
+                if not allow_change:
+                    measured = ("by a qdrift that did not record its code" if found is None
+                                else f"by qdrift code sha256 {stored[:16]}...")
+                    raise CodeChanged(
+                        f"store {self.path} holds results measured {measured}, but this qdrift's code (its sources, "
+                        f"built-in environments and task files: qdrift.code_fingerprint) is sha256 "
+                        f"{fingerprint[:16]}...; resuming would mix results of the two under one cell key. Write to "
+                        "a new store (or delete this one to re-measure); or, where the change cannot alter any "
+                        "result, allow it (--allow-code-change; run_sweep(..., allow_code_change=True)), and the "
+                        "store lists both codes")
+                if stored not in earlier:
+                    earlier.append(stored)
+            if found is None or found[0] != fingerprint:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('code', ?)", (fingerprint,))
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('code_earlier', ?)", (json.dumps(earlier),))
+
+    def code_fingerprints(self) -> list[str]:
+        """The fingerprints of the code that measured this store's results, oldest first, the current
+        one last ([] before any sweep ran); UNRECORDED_CODE for results from before qdrift recorded it."""
+        rows = dict(self._db.execute("SELECT name, value FROM meta WHERE name IN ('code', 'code_earlier')"))
+        return [*json.loads(rows.get("code_earlier", "[]")), *([rows["code"]] if "code" in rows else [])]
 
     def _has_results(self, ref: str) -> bool:
         """Whether any done cell of model `ref` is stored."""

@@ -119,3 +119,24 @@ def test_status_shows_the_cells_another_run_is_running_and_the_ones_a_run_left_u
     text = capsys.readouterr().out
     assert f" pending  {first.key}  {first.label}  interrupted: a run started it and never recorded it" in text
     assert f" pending  {second.key}  {second.label}\n" in text and "0 failed, 2 pending" in text
+
+
+def test_a_store_measured_by_other_code_is_refused_until_allowed_and_status_names_the_codes(tmp_path, capsys):
+    import sqlite3
+
+    from qdrift.code_fingerprint import code_fingerprint
+
+    sweep, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
+    sweep.write_text(TEXT)
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"]) == 0
+    main(["sweep", "status", str(sweep), "--store", str(store)])
+    assert f"code: sha256 {code_fingerprint()[:16]}..., this qdrift's code" in capsys.readouterr().out
+    with sqlite3.connect(store) as db:  # as if another qdrift had measured the stored cell
+        db.execute("UPDATE meta SET value = ? WHERE name = 'code'", ("e" * 64,))
+    with pytest.raises(SystemExit, match="measured by qdrift code sha256 eeeeeeeeeeeeeeee.*--allow-code-change"):
+        main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"])
+    main(["sweep", "status", str(sweep), "--store", str(store)])
+    assert "not this qdrift's code" in capsys.readouterr().out
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet", "--allow-code-change"]) == 0
+    main(["sweep", "status", str(sweep), "--store", str(store)])
+    assert "this qdrift's code; earlier results by eeeeeeeeeeeeeeee" in capsys.readouterr().out

@@ -243,3 +243,42 @@ def test_a_pending_log_another_run_has_since_taken_is_left_to_that_run(tmp_path)
         assert a.pending_logs("wandb:e/p") == {"k"} and not a.take_pending_log("k", "wandb:e/p")  # b's to log
         a.settle_log("k", "wandb:e/p", logged=False)
         assert not a.take_pending_log("k", "wandb:e/p")
+
+
+def _done(store, key="k1"):
+    store.record_done(key, {"model": "m"}, {"episode": [episode(0, True)]}, 0.0, 1.0)
+
+
+def test_a_store_refuses_results_of_other_code_naming_both_and_allowed_keeps_both(tmp_path):
+    from qdrift.store import CodeChanged
+
+    old, new = "a" * 64, "b" * 64
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.code_fingerprints() == []
+        store.check_code(old)
+        _done(store)
+        store.check_code(old)  # the same code resumes
+        with pytest.raises(CodeChanged, match=f"code sha256 {'a' * 16}.*is sha256 {'b' * 16}.*--allow-code-change"):
+            store.check_code(new)
+        assert store.code_fingerprints() == [old]  # the refused run recorded nothing
+        store.check_code(new, allow_change=True)
+        assert store.code_fingerprints() == [old, new]
+        store.check_code(new)  # now the current code
+        store.check_code(old, allow_change=True)  # back to the first: the history in order, the current last
+        assert store.code_fingerprints() == [old, new, old]
+
+
+def test_code_with_no_results_pins_nothing_and_a_store_from_before_code_fingerprints_is_not_guessed(tmp_path):
+    from qdrift.store import UNRECORDED_CODE, CodeChanged
+
+    with Store(tmp_path / "s.sqlite") as store:
+        store.check_code("a" * 64)
+        store.record_failed("k1", {"model": "m"}, "boom", 0.0, 1.0)  # a failed cell is no result
+        store.check_code("b" * 64)
+        assert store.code_fingerprints() == ["b" * 64]
+    with Store(tmp_path / "legacy.sqlite") as store:
+        _done(store)  # written as a qdrift that recorded no code would
+        with pytest.raises(CodeChanged, match="by a qdrift that did not record its code"):
+            store.check_code("c" * 64)
+        store.check_code("c" * 64, allow_change=True)
+        assert store.code_fingerprints() == [UNRECORDED_CODE, "c" * 64]

@@ -10,30 +10,13 @@ task name (arc_easy, hellaswag, mmlu_pro, ...) does, once per process.
 from __future__ import annotations
 
 import copy
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import qdrift
+from qdrift.repo_paths import DATA_ENV, EVALS_ENV, REPO, evals_dir, shared_data_dir  # noqa: F401 - re-exported
 
-REPO = Path(qdrift.__file__).resolve().parents[1]
-EVALS_ENV, DATA_ENV = "QDRIFT_EVALS", "QDRIFT_SHARED_DATA"
 MMLU_DESCRIPTION = "The following are multiple choice questions (with answers) about {}.\n\n"
-
-
-def evals_dir() -> Path:
-    """The `evals/` folder ($QDRIFT_EVALS, else beside the qdrift package in a checkout)."""
-    path = Path(os.environ.get(EVALS_ENV, REPO / "evals"))
-    if not path.is_dir():
-        raise FileNotFoundError(f"no evals folder at {path}: set ${EVALS_ENV} to the repository's evals/ folder")
-    return path
-
-
-def shared_data_dir() -> Path | None:
-    """The offline benchmark data ($QDRIFT_SHARED_DATA, else ../shared/data beside the checkout), or None."""
-    path = Path(os.environ.get(DATA_ENV, REPO.parent / "shared" / "data"))
-    return path if path.is_dir() else None
 
 
 def _require_data(name: str, data_dir: Path | str | None) -> Path:

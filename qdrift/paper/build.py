@@ -55,8 +55,9 @@ def load_config(root: str | Path) -> PaperConfig:
     return PaperConfig(root, str(data["title"]), sweeps, template, labels)
 
 
-def run_sweeps(cfg: PaperConfig, progress: bool = True) -> None:
-    """Run every cell of every sweep not yet done in its store (the sweep machinery resumes)."""
+def run_sweeps(cfg: PaperConfig, progress: bool = True, allow_code_change: bool = False) -> None:
+    """Run every cell of every sweep not yet done in its store (the sweep machinery resumes; a store of
+    results other qdrift code measured is refused unless `allow_code_change`, as `run_sweep` does)."""
     from qdrift.store import Store
     from qdrift.sweep import load_sweep
     from qdrift.sweep.execute import run_sweep
@@ -64,7 +65,7 @@ def run_sweeps(cfg: PaperConfig, progress: bool = True) -> None:
     for path in cfg.sweeps:
         sweep = load_sweep(path)
         with Store(store_path(cfg, path)) as store:
-            outcome = run_sweep(sweep, store, progress=progress)
+            outcome = run_sweep(sweep, store, progress=progress, allow_code_change=allow_code_change)
         print(f"{path.name}: {outcome.summary()}")
 
 
@@ -194,7 +195,7 @@ def render(cfg: PaperConfig, context: dict[str, Any], out: Path) -> Path:
     return md
 
 
-def build_paper(root: str | Path, run: bool = True, progress: bool = True) -> Path:
+def build_paper(root: str | Path, run: bool = True, progress: bool = True, allow_code_change: bool = False) -> Path:
     """Run (resume) the sweeps unless `run` is False, then write DIR/out/paper.{md,html} and figures.
 
     Without running, every sweep's store must exist (a partial one is fine: the paper says what is
@@ -206,7 +207,7 @@ def build_paper(root: str | Path, run: bool = True, progress: bool = True) -> Pa
 
     cfg = load_config(root)
     if run:
-        run_sweeps(cfg, progress)
+        run_sweeps(cfg, progress, allow_code_change)
     else:
         stores = [store_path(cfg, sweep) for sweep in cfg.sweeps]
         missing = [path for path in stores if not path.is_file()]

@@ -132,11 +132,14 @@ def executor_for(sweep: Sweep, address: str | None = None) -> Executor:
 
 
 def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, progress: bool = True,
-              on_result: Callable[[CellResult], None] | None = None, poll_s: float = 5.0) -> SweepOutcome:
+              on_result: Callable[[CellResult], None] | None = None, poll_s: float = 5.0,
+              allow_code_change: bool = False) -> SweepOutcome:
     """Run every cell of `sweep` not already done in `store` (failed ones are retried).
 
     Each model's weight files are fingerprinted first and checked against the store's record
-    (`Store.check_model`), so retrained weights under the same name raise instead of resuming.
+    (`Store.check_model`), so retrained weights under the same name raise instead of resuming. So is
+    qdrift's own code (`Store.check_code`): a store holding results of other code raises, unless
+    `allow_code_change` (for a change that cannot alter results; the store then lists both codes).
 
     Runs may share a store: each claims a cell just before running it (`Store.claim`) and skips the
     cells another live run is running, then waits for those (checking every `poll_s` seconds) and
@@ -147,8 +150,10 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     outcome's summary says so. A sink with a `name` (WandbSink: its project) has the cells it missed
     noted in the store, and the next run with that sink logs them first, from the stored rows.
     """
+    from qdrift.code_fingerprint import code_fingerprint
     from qdrift.models.fingerprint import model_fingerprint
 
+    store.check_code(code_fingerprint(), allow_code_change)
     for ref in sweep.models:  # before any cell runs: never resume into results of other weights
         store.check_model(ref, model_fingerprint(ref))
     if executor is None:

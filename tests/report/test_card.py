@@ -40,9 +40,11 @@ def test_a_card_missing_a_field_is_rejected_naming_it(tmp_path):
         validate_card({**card, "schema_version": "9.9"})
 
 
-def _store(path):
+def _store(path, code="cd" * 32):
     store = Store(path)
     store.check_model("organism", "ab" * 32)  # as a sweep records it
+    if code:
+        store.check_code(code)
     now = time.time()
     for config in ("baseline", SPEC):
         base = {"model": "organism", "config": config, "spec": config, "kind": "short_form", "task": "keys"}
@@ -70,8 +72,20 @@ def test_card_command_reads_a_store_and_hashes_it(tmp_path, capsys):
     assert lh[4]["success"]["ci_low"] < 0.5 < lh[4]["success"]["ci_high"]
     assert card["data"][0]["role"] == "results store" and len(card["data"][0]["sha256"]) == 64
     assert card["data"][1]["path"] == "organism" and card["data"][1]["sha256"] == "ab" * 32
+    assert card["data"][2]["path"] == "qdrift" and card["data"][2]["sha256"] == "cd" * 32
+    assert "before code fingerprints" not in card["data"][2]["role"]
     assert any("without a KV cache" in n for n in card["notes"])
     assert "INT4 g128 (decode)" in capsys.readouterr().out
+
+
+def test_a_card_says_when_some_results_were_measured_by_code_no_one_recorded(tmp_path):
+    _store(tmp_path / "s.sqlite", code=None)  # results from a qdrift before code fingerprints
+    with Store(tmp_path / "s.sqlite") as store:
+        store.check_code("ef" * 32, allow_change=True)
+    assert main(["card", "--spec", SPEC, "--served-model", "m", "--store", str(tmp_path / "s.sqlite"),
+                 "--out", str(tmp_path / "card")]) == 0
+    codes = [d for d in load_card(tmp_path / "card" / "card.json")["data"] if d["path"] == "qdrift"]
+    assert [d["sha256"] for d in codes] == ["ef" * 32] and "before code fingerprints" in codes[0]["role"]
 
 
 def test_card_command_reads_a_verify_run(tmp_path, monkeypatch):

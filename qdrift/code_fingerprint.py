@@ -16,9 +16,10 @@ from pathlib import Path
 import qdrift
 
 PACKAGE = Path(qdrift.__file__).resolve().parent
-# What the package computes with: its modules, the shipped sweep and chat templates, the schemas. The
-# organism's weight folder is left to the model fingerprint, which every sweep of it checks already.
-SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".jinja", ".json")
+# Every file the package ships but its prose and bytecode: modules, the shipped sweep, schemas, and
+# any data file added later. The organism's weight folder is left to the model fingerprint, which
+# every sweep of it checks already.
+NOT_CODE_SUFFIXES = (".md", ".pyc", ".pyo")
 SKIPPED = (PACKAGE / "organism" / "weights",)
 
 
@@ -26,20 +27,24 @@ def code_files() -> list[tuple[str, Path]]:
     """(name, path) of every file the fingerprint covers, sorted by name.
 
     qdrift's own sources; the built-in environments (`agents/*.py`, where the package finds them);
-    every file of the lm-eval task folder in use (`evals/`, or $QDRIFT_EVALS), when there is one."""
+    every file of the lm-eval task folder in use (`evals/`, or $QDRIFT_EVALS), when there is one;
+    neither prose (Markdown) nor bytecode."""
     from qdrift.envs.registry import agents_dir
 
     found = [(f"qdrift/{p.relative_to(PACKAGE).as_posix()}", p) for p in PACKAGE.rglob("*")
-             if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts
-             and not any(p.is_relative_to(s) for s in SKIPPED)]
+             if p.is_file() and _is_code(p) and not any(p.is_relative_to(s) for s in SKIPPED)]
     agents = agents_dir()
     if agents.is_dir():
         found += [(f"agents/{p.name}", p) for p in agents.glob("*.py")]
     evals = _evals_folder()
     if evals is not None:
         found += [(f"evals/{p.relative_to(evals).as_posix()}", p) for p in evals.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts]
+                  if p.is_file() and _is_code(p)]
     return sorted(found)
+
+
+def _is_code(path: Path) -> bool:
+    return path.suffix not in NOT_CODE_SUFFIXES and "__pycache__" not in path.parts
 
 
 def _evals_folder() -> Path | None:

@@ -5,12 +5,12 @@ import hashlib
 from qdrift import code_fingerprint as cf
 
 
-def test_it_covers_qdrifts_sources_the_built_in_environments_and_the_task_files_not_weights_or_bytecode():
+def test_it_covers_qdrifts_sources_the_built_in_environments_and_the_task_files_not_weights_prose_or_bytecode():
     names = [n for n, _ in cf.code_files()]
     assert names == sorted(names)
     assert {"qdrift/store.py", "qdrift/sweep/default.yaml", "qdrift/quant/kv.py", "agents/ledger.py"} <= set(names)
     assert any(n.startswith("evals/organism/") for n in names)
-    assert not [n for n in names if "organism/weights" in n or "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if "organism/weights" in n or "__pycache__" in n or n.endswith((".pyc", ".md"))]
 
 
 def test_it_is_the_sha256_over_each_files_name_and_content_hash_and_changes_with_a_task_file(tmp_path, monkeypatch):

@@ -75,7 +75,7 @@ def store_path(cfg: PaperConfig, sweep_path: Path) -> Path:
 
 def collect(cfg: PaperConfig) -> tuple[dict[str, ModelResults], list[dict[str, Any]]]:
     """Results per model from each sweep's store, and per sweep: cells done / pending / failed."""
-    from qdrift.store import Store
+    from qdrift.store import UNRECORDED_CODE, Store
     from qdrift.sweep import load_sweep
     from qdrift.sweep.execute import unique_cells
 
@@ -86,16 +86,19 @@ def collect(cfg: PaperConfig) -> tuple[dict[str, ModelResults], list[dict[str, A
         spath = store_path(cfg, path)
         if not spath.is_file():
             status.append({"sweep": path.name, "cells": len(keys), "done": 0, "failed": 0, "wall_s": 0.0,
-                           "pending": len(keys)})
+                           "pending": len(keys), "code": ""})
             for model in sweep.models:
                 results.setdefault(model, ModelResults(model, cfg.labels))
             continue
         with Store(spath) as store:
             per = {model: ModelResults.from_store(store, model, cfg.labels, keys) for model in sweep.models}
+            codes = store.code_fingerprints()
         status.append({"sweep": path.name, "cells": len(keys), "done": sum(r.cells for r in per.values()),
                        "failed": sum(len(r.failed) for r in per.values()),
                        "wall_s": sum(r.wall_s for r in per.values()),
-                       "pending": len(keys) - sum(r.cells for r in per.values())})
+                       "pending": len(keys) - sum(r.cells for r in per.values()),
+                       # which qdrift code measured the store (qdrift.code_fingerprint), oldest first
+                       "code": " then ".join(c if c == UNRECORDED_CODE else c[:12] for c in codes)})
         for model, part in per.items():  # a model may be in several sweeps: its tasks are put together
             if model in results:
                 results[model].merge(part, f"{source[model]} and {path.name}")

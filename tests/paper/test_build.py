@@ -86,6 +86,9 @@ def test_every_cell_ran_and_the_document_was_written(built):
     html = (built / "out" / "paper.html").read_text()
     assert "<table>" in html and "<h1>Does quantization error compound" in html
     assert "Incomplete" not in md and "{{" not in md and "Not part of this build" in md
+    from qdrift.code_fingerprint import code_fingerprint
+
+    assert f"min of compute, qdrift code {code_fingerprint()[:12]})" in md  # which code measured it
     for png in re.findall(r"\]\(([^)]+\.png)\)", md):
         assert (built / "out" / png).stat().st_size > 1000, png
 

@@ -17,7 +17,7 @@ def cmd_card(args) -> int:
         spec = QuantSpec() if args.spec == "baseline" else QuantSpec.parse(args.spec)
     except ValueError as e:
         raise SystemExit(f"qdrift card: bad --spec: {e}") from None
-    tool_calls, data, short_form, long_horizon = None, [], [], []
+    tool_calls, data, short_form, long_horizon, notes = None, [], [], [], []
     try:
         if args.verify:
             tool_calls, data = tool_calls_from_verify(args.verify, args.verify_endpoint)
@@ -34,14 +34,13 @@ def cmd_card(args) -> int:
             data += [{"role": "model weights the store's sweeps ran (sha256 over the model's files, "
                               "qdrift.models.fingerprint)", "path": ref, "sha256": fp}
                      for ref, fp in sorted(weights.items()) if args.store_model in (None, ref)]
-            # The card's data entries each name a sha256, so results of unrecorded code are said in words.
-            unrecorded = ("; some results were measured by a qdrift from before code fingerprints, which did not "
-                          "record its code" if UNRECORDED_CODE in codes else "")
             data += [{"role": "qdrift code that measured the store's results (sha256 over its sources, built-in "
-                              f"environments and task files, qdrift.code_fingerprint){unrecorded}",
-                      "path": "qdrift", "sha256": fp}
+                              "environments and task files, qdrift.code_fingerprint)", "path": "qdrift", "sha256": fp}
                      for fp in codes if fp != UNRECORDED_CODE]
-        card = build_card(spec, args.served_model, tool_calls, short_form, long_horizon, data)
+            if UNRECORDED_CODE in codes:  # a data entry names a sha256: code no one recorded is said in words
+                notes.append("some of the store's results were measured by a qdrift from before cells recorded "
+                             "the code that measured them: that code is not known")
+        card = build_card(spec, args.served_model, tool_calls, short_form, long_horizon, data, notes)
     except (ValueError, FileNotFoundError, CardError) as e:
         raise SystemExit(f"qdrift card: {e}") from None
     js, md = write_card(card, args.out)

@@ -9,11 +9,13 @@ workers (a local cluster, or `--ray-address`); the store is written by this proc
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 from qdrift.cli_store import open_store
 from qdrift.cli_types import positive_int
+from qdrift.store import UNRECORDED_CODE
 
 
 def _load(args):
@@ -181,7 +183,7 @@ def cmd_sweep_status(args) -> int:
 
     sweep, path = _load(args)
     cells = unique_cells(sweep)
-    recorded, running, pids, interrupted, codes = {}, set(), {}, set(), []
+    recorded, running, pids, interrupted = {}, set(), {}, set()
     if path.exists():
         with open_store(path) as store:
             recorded = {c["key"]: c for c in store.cells()}
@@ -189,7 +191,6 @@ def cmd_sweep_status(args) -> int:
             running = {c.key for c in cells if store.peek(c.key) == "held"}
             pids = {k: store.holders([k]) for k in running}
             interrupted = store.interrupted()
-            codes = store.code_fingerprints()
     counts = {"done": 0, "failed": 0, "running": 0, "pending": 0}
     for cell in cells:
         rec = recorded.get(cell.key)
@@ -208,19 +209,26 @@ def cmd_sweep_status(args) -> int:
     now = f", {counts['running']} running" if counts["running"] else ""
     print(f"{sweep.name}: {len(cells)} cells, {counts['done']} done, {counts['failed']} failed{now}, "
           f"{counts['pending']} pending (store: {path})")
+    codes = Counter(c["code"] or UNRECORDED_CODE for c in recorded.values() if c["status"] == "done")
     if codes:
         print(_code_line(codes))
     return 0
 
 
-def _code_line(codes: list[str]) -> str:
-    """Which code measured the store's results, against the running one (`qdrift.code_fingerprint`)."""
-    from qdrift.code_fingerprint import code_fingerprint
+def _code_line(codes: Counter) -> str:
+    """Which code measured the store's done cells, against the running one (`qdrift.code_fingerprint`):
+    another one is why a run refuses to resume the store."""
+    from qdrift.code_fingerprint import running_code
 
-    current = code_fingerprint()
-    same = "this qdrift's code" if codes[-1] == current else f"not this qdrift's code (sha256 {current[:16]}...)"
-    earlier = f"; earlier results by {', '.join(c[:16] for c in codes[:-1])}" if len(codes) > 1 else ""
-    return f"code: sha256 {codes[-1][:16]}..., {same}{earlier}"
+    current = running_code()
+
+    def name(code: str) -> str:
+        if code == current:
+            return f"this qdrift's code (sha256 {code[:16]}...)"
+        return "a qdrift that did not record its code" if code == UNRECORDED_CODE else f"sha256 {code[:16]}..."
+
+    line = "code of the store's done cells: " + "; ".join(f"{n} by {name(c)}" for c, n in codes.most_common())
+    return line if current in codes else line + f" (this qdrift's code is sha256 {current[:16]}...)"
 
 
 def _print_report(path: Path, sweep) -> None:

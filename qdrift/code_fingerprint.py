@@ -3,17 +3,20 @@ its lm-eval task files, read as files (nothing is imported).
 
 Why: cells are keyed by the qdrift version, which edits between releases leave as it is, so a store
 resumed after a change to scoring, quantization or an environment would mix results of two codes
-under one cell key, and report them as one. A sweep records this fingerprint in its store and
-refuses to resume into results measured by other code (`qdrift.store.Store.check_code`), as it does
-for model weights (`qdrift.models.fingerprint`). Hashing reads about 170 small files (some 30 ms).
+in one store, and report them as one. A sweep records this fingerprint with every cell it measures
+and refuses to resume a store holding results of other code (`qdrift.store.Store.check_code`), as
+it does for model weights (`qdrift.models.fingerprint`). Hashing reads about 170 small files (some 30 ms).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+from functools import lru_cache
 from pathlib import Path
 
 import qdrift
+from qdrift.repo_paths import EVALS_ENV, REPO, agents_dir
 
 PACKAGE = Path(qdrift.__file__).resolve().parent
 # Every file the package ships but its prose and bytecode: modules, the shipped sweep, schemas, and
@@ -26,34 +29,26 @@ SKIPPED = (PACKAGE / "organism" / "weights",)
 def code_files() -> list[tuple[str, Path]]:
     """(name, path) of every file the fingerprint covers, sorted by name.
 
-    qdrift's own sources; the built-in environments (`agents/*.py`, where the package finds them);
-    every file of the lm-eval task folder in use (`evals/`, or $QDRIFT_EVALS), when there is one;
-    neither prose (Markdown) nor bytecode."""
-    from qdrift.envs.registry import agents_dir
-
+    qdrift's own sources; the built-in environments (`agents/*.py`, where the package finds them); the
+    lm-eval task folder in use ($QDRIFT_EVALS, else `evals/`) and the checkout's `evals/`, against
+    which task files name their data; neither prose (Markdown) nor bytecode."""
     found = [(f"qdrift/{p.relative_to(PACKAGE).as_posix()}", p) for p in PACKAGE.rglob("*")
              if p.is_file() and _is_code(p) and not any(p.is_relative_to(s) for s in SKIPPED)]
     agents = agents_dir()
     if agents.is_dir():
         found += [(f"agents/{p.name}", p) for p in agents.glob("*.py")]
-    evals = _evals_folder()
-    if evals is not None:
-        found += [(f"evals/{p.relative_to(evals).as_posix()}", p) for p in evals.rglob("*")
-                  if p.is_file() and _is_code(p)]
+    task_folders = {"evals": REPO / "evals"}
+    if os.environ.get(EVALS_ENV):
+        task_folders[f"${EVALS_ENV}"] = Path(os.environ[EVALS_ENV])
+    for label, folder in task_folders.items():
+        if folder.is_dir():  # an install without the repository's evals/ has no task files to hash
+            found += [(f"{label}/{p.relative_to(folder).as_posix()}", p) for p in folder.rglob("*")
+                      if p.is_file() and _is_code(p)]
     return sorted(found)
 
 
 def _is_code(path: Path) -> bool:
     return path.suffix not in NOT_CODE_SUFFIXES and "__pycache__" not in path.parts
-
-
-def _evals_folder() -> Path | None:
-    from qdrift.repo_paths import evals_dir
-
-    try:
-        return evals_dir()
-    except FileNotFoundError:  # an install without the repository's evals/: no task files to hash
-        return None
 
 
 def code_fingerprint() -> str:
@@ -62,3 +57,10 @@ def code_fingerprint() -> str:
     for name, path in code_files():
         digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def running_code() -> str:
+    """`code_fingerprint()` as this process first read it: what a sweep records with each cell it
+    measures. Files edited later do not change it, as modules already imported do not change either."""
+    return code_fingerprint()

@@ -1,4 +1,5 @@
-"""The repository folders qdrift reads beside its package: lm-eval task files and the offline data.
+"""The repository folders qdrift reads beside its package: the built-in environments, lm-eval task
+files and the offline data.
 
 Kept free of heavy imports (torch, lm-eval), so that fingerprinting the measuring code
 (`qdrift.code_fingerprint`) can find the task folder without loading either.
@@ -27,3 +28,8 @@ def shared_data_dir() -> Path | None:
     """The offline benchmark data ($QDRIFT_SHARED_DATA, else ../shared/data beside the checkout), or None."""
     path = Path(os.environ.get(DATA_ENV, REPO.parent / "shared" / "data"))
     return path if path.is_dir() else None
+
+
+def agents_dir() -> Path:
+    """The repository's top-level `agents/` folder, located from qdrift's install location."""
+    return REPO / "agents"

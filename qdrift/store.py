@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS cells (
     started REAL,
     finished REAL,
     wall_s REAL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    code TEXT  -- sha256 of the qdrift code that measured the cell (qdrift.code_fingerprint); NULL: not recorded
 );
 -- Cells a run has started and not yet recorded: one left here was interrupted (its process was
 -- killed or crashed), and a rerun takes it after the others. Not part of the schema version: an
@@ -135,6 +136,7 @@ class Store(SharedRuns):
                     if "locked" in str(e) else "not a store qdrift can open")
             raise ValueError(f"store {self.path} is {kind} ({type(e).__name__}: {e}); a store is an SQLite file "
                              "qdrift writes: name a new file to start one, or the store a sweep wrote") from None
+        self._add_code_column()
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if found is None:
             self._db.executescript(_rows_table("rows") + _INDEX)
@@ -155,6 +157,17 @@ class Store(SharedRuns):
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def _add_code_column(self) -> None:
+        """Stores from before qdrift recorded its code get the `code` column (NULL in their cells: not
+        recorded). Not part of the schema version: an older qdrift names its columns and ignores it."""
+        if any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)")):
+            return
+        try:
+            _while_locked(lambda: self._db.execute("ALTER TABLE cells ADD COLUMN code TEXT"))
+        except sqlite3.OperationalError as e:  # another process opening the store added it first
+            if "duplicate column" not in str(e):
+                raise
 
     def _migrate_from_1(self) -> None:
         """Version 1 allowed row kinds episode, step and item only, in a CHECK that SQLite cannot alter:
@@ -182,26 +195,27 @@ class Store(SharedRuns):
 
     # --- writing ---------------------------------------------------------------------------
     def record_done(self, key: str, config: Mapping[str, Any], rows: Mapping[str, Iterable[Mapping]],
-                    started: float, finished: float, sink: str | None = None) -> None:
+                    started: float, finished: float, sink: str | None = None, code: str | None = None) -> None:
         """Write a finished cell and all its rows (`{kind: [row, ...]}`) in one transaction; with `sink`,
-        note that sink's log of it as pending, to be cleared once it is logged (`pending_log`)."""
+        note that sink's log of it as pending, to be cleared once it is logged (`pending_log`); `code`:
+        the fingerprint of the code that measured it (`qdrift.code_fingerprint`), None if unknown."""
         bad = sorted(set(rows) - set(KINDS))
         if bad:
             raise ValueError(f"row kind {bad[0]!r} is not one of {', '.join(KINDS)}")
         # A generator: rows are serialised inside the transaction, so a row that fails rolls back the cell.
         payload = ((key, kind, json.dumps(dict(r), default=_plain)) for kind, rs in rows.items() for r in rs)
-        self._write(key, config, "done", None, started, finished, payload, sink)
+        self._write(key, config, "done", None, started, finished, payload, sink, code)
 
     def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float,
-                      sink: str | None = None) -> bool:
+                      sink: str | None = None, code: str | None = None) -> bool:
         """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it.
 
         A cell another process has meanwhile finished stays done with its rows (returns False): a
         failed attempt never deletes results.
         """
-        return self._write(key, config, "failed", error, started, finished, [], sink)
+        return self._write(key, config, "failed", error, started, finished, [], sink, code)
 
-    def _write(self, key, config, status, error, started, finished, payload, sink=None) -> bool:
+    def _write(self, key, config, status, error, started, finished, payload, sink=None, code=None) -> bool:
         with self._transaction() as db:
             if status == "failed":
                 now = db.execute("SELECT status FROM cells WHERE key = ?", (key,)).fetchone()
@@ -209,11 +223,13 @@ class Store(SharedRuns):
                     return False  # nothing written yet: the transaction commits nothing
             db.execute("DELETE FROM rows WHERE cell = ?", (key,))
             db.execute(
-                "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created) "
-                "VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET config = excluded.config, "
+                "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created, code) "
+                "VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET config = excluded.config, "
                 "status = excluded.status, error = excluded.error, attempts = cells.attempts + 1, "
-                "started = excluded.started, finished = excluded.finished, wall_s = excluded.wall_s",
-                (key, canonical_json(config), status, error, started, finished, finished - started, time.time()))
+                "started = excluded.started, finished = excluded.finished, wall_s = excluded.wall_s, "
+                "code = excluded.code",
+                (key, canonical_json(config), status, error, started, finished, finished - started, time.time(),
+                 code))
             db.executemany("INSERT INTO rows (cell, kind, data) VALUES (?, ?, ?)", payload)
             db.execute("DELETE FROM started WHERE key = ?", (key,))
             db.execute("DELETE FROM holds WHERE key = ?", (key,))
@@ -241,41 +257,29 @@ class Store(SharedRuns):
                 f"to a new store (or delete this one to re-measure), or restore the weights it was run with")
 
     def check_code(self, fingerprint: str, allow_change: bool = False) -> None:
-        """Record the measuring code's fingerprint (`qdrift.code_fingerprint`) on first use; raise if the
-        store's results were measured by other code, unless `allow_change` (then the store keeps both).
+        """Raise if any done cell was measured by other code than `fingerprint` (`qdrift.code_fingerprint`),
+        unless `allow_change`. Writes nothing: each cell records its own code when it is recorded.
 
         Cells are keyed by the qdrift version, which code edits leave as it is, so this is what keeps
         a store resumed after a change to scoring, quantization or an environment from mixing the two.
         """
-        with self._transaction() as db:
-            found = db.execute("SELECT value FROM meta WHERE name = 'code'").fetchone()
-            earlier = json.loads((db.execute("SELECT value FROM meta WHERE name = 'code_earlier'").fetchone()
-                                  or ["[]"])[0])
-            has_results = db.execute("SELECT 1 FROM cells WHERE status = 'done' LIMIT 1").fetchone() is not None
-            if has_results and (found is None or found[0] != fingerprint):
-                # A store written before qdrift recorded its code holds results of unknown code: not guessed.
-                stored = UNRECORDED_CODE if found is None else found[0]
-                if not allow_change:
-                    measured = ("by a qdrift that did not record its code" if found is None
-                                else f"by qdrift code sha256 {stored[:16]}...")
-                    raise CodeChanged(
-                        f"store {self.path} holds results measured {measured}, but this qdrift's code (its sources, "
-                        f"built-in environments and task files: qdrift.code_fingerprint) is sha256 "
-                        f"{fingerprint[:16]}...; resuming would mix results of the two under one cell key. Write to "
-                        "a new store (or delete this one to re-measure); or, where the change cannot alter any "
-                        "result, allow it (--allow-code-change; run_sweep(..., allow_code_change=True)), and the "
-                        "store lists both codes")
-                if stored not in earlier:
-                    earlier.append(stored)
-            if found is None or found[0] != fingerprint:
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('code', ?)", (fingerprint,))
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('code_earlier', ?)", (json.dumps(earlier),))
+        other = [c for c in self.code_fingerprints() if c != fingerprint]
+        if other and not allow_change:
+            measured = " and ".join("by a qdrift that did not record its code" if c == UNRECORDED_CODE
+                                    else f"by qdrift code sha256 {c[:16]}..." for c in other)
+            raise CodeChanged(
+                f"store {self.path} holds results measured {measured}, but this qdrift's code (its sources, "
+                f"built-in environments and task files: qdrift.code_fingerprint) is sha256 {fingerprint[:16]}...; "
+                "resuming would mix results of different code in one store, reported as one. Write to a new store "
+                "(or delete this one to re-measure); or, where the change cannot alter any result, allow it "
+                "(--allow-code-change; run_sweep(..., allow_code_change=True)): each cell keeps the code that "
+                "measured it")
 
     def code_fingerprints(self) -> list[str]:
-        """The fingerprints of the code that measured this store's results, oldest first, the current
-        one last ([] before any sweep ran); UNRECORDED_CODE for results from before qdrift recorded it."""
-        rows = dict(self._db.execute("SELECT name, value FROM meta WHERE name IN ('code', 'code_earlier')"))
-        return [*json.loads(rows.get("code_earlier", "[]")), *([rows["code"]] if "code" in rows else [])]
+        """The fingerprints of the code that measured this store's done cells, in the order each first
+        finished one; UNRECORDED_CODE for cells recorded before qdrift recorded its code."""
+        found = self._db.execute("SELECT code FROM cells WHERE status = 'done' GROUP BY code ORDER BY MIN(finished)")
+        return [code or UNRECORDED_CODE for (code,) in found]
 
     def _has_results(self, ref: str) -> bool:
         """Whether any done cell of model `ref` is stored."""
@@ -294,7 +298,7 @@ class Store(SharedRuns):
         return found[0] if found else None
 
     def cells(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Every recorded cell as a dict: key, config (a dict), status, error, attempts, timings, rows."""
+        """Every recorded cell as a dict: key, config (a dict), status, error, attempts, timings, code, rows."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, got {status!r}")
         return self._cells(" WHERE c.status = ?", (status,)) if status else self._cells("", ())
@@ -306,8 +310,9 @@ class Store(SharedRuns):
 
     def _cells(self, where: str, args: tuple) -> list[dict[str, Any]]:
         query = ("SELECT c.key, c.config, c.status, c.error, c.attempts, c.started, c.finished, c.wall_s, "
-                 "c.created, (SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
-        names = ("key", "config", "status", "error", "attempts", "started", "finished", "wall_s", "created", "rows")
+                 "c.created, c.code, (SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
+        names = ("key", "config", "status", "error", "attempts", "started", "finished", "wall_s", "created", "code",
+                 "rows")
         out = []
         for rec in self._db.execute(query + where + " ORDER BY c.created, c.key", args):
             cell = dict(zip(names, rec, strict=True))

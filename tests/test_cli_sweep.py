@@ -124,19 +124,25 @@ def test_status_shows_the_cells_another_run_is_running_and_the_ones_a_run_left_u
 def test_a_store_measured_by_other_code_is_refused_until_allowed_and_status_names_the_codes(tmp_path, capsys):
     import sqlite3
 
-    from qdrift.code_fingerprint import code_fingerprint
+    from qdrift.code_fingerprint import running_code
 
     sweep, store = tmp_path / "s.yaml", tmp_path / "s.sqlite"
     sweep.write_text(TEXT)
     assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"]) == 0
     main(["sweep", "status", str(sweep), "--store", str(store)])
-    assert f"code: sha256 {code_fingerprint()[:16]}..., this qdrift's code" in capsys.readouterr().out
+    mine = f"this qdrift's code (sha256 {running_code()[:16]}...)"
+    assert f"code of the store's done cells: 1 by {mine}" in capsys.readouterr().out
     with sqlite3.connect(store) as db:  # as if another qdrift had measured the stored cell
-        db.execute("UPDATE meta SET value = ? WHERE name = 'code'", ("e" * 64,))
+        db.execute("UPDATE cells SET code = ?", ("e" * 64,))
     with pytest.raises(SystemExit, match="measured by qdrift code sha256 eeeeeeeeeeeeeeee.*--allow-code-change"):
         main(["sweep", "run", str(sweep), "--store", str(store), "--quiet"])
     main(["sweep", "status", str(sweep), "--store", str(store)])
-    assert "not this qdrift's code" in capsys.readouterr().out
+    assert f"1 by sha256 eeeeeeeeeeeeeeee... (this qdrift's code is sha256 {running_code()[:16]}" in capsys.readouterr().out
+    # Allowed, a run that measures nothing changes nothing: the cell stays the other code's.
     assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet", "--allow-code-change"]) == 0
+    sweep.write_text(TEXT.replace("horizons: [1]", "horizons: [1, 2]"))
+    assert main(["sweep", "run", str(sweep), "--store", str(store), "--quiet", "--allow-code-change"]) == 0
+    capsys.readouterr()
     main(["sweep", "status", str(sweep), "--store", str(store)])
-    assert "this qdrift's code; earlier results by eeeeeeeeeeeeeeee" in capsys.readouterr().out
+    # each cell keeps the code that measured it (equal counts in the order the cells were recorded)
+    assert f"code of the store's done cells: 1 by sha256 eeeeeeeeeeeeeeee...; 1 by {mine}" in capsys.readouterr().out

@@ -245,40 +245,46 @@ def test_a_pending_log_another_run_has_since_taken_is_left_to_that_run(tmp_path)
         assert not a.take_pending_log("k", "wandb:e/p")
 
 
-def _done(store, key="k1"):
-    store.record_done(key, {"model": "m"}, {"episode": [episode(0, True)]}, 0.0, 1.0)
+def _done(store, key="k1", code=None, finished=1.0):
+    store.record_done(key, {"model": "m"}, {"episode": [episode(0, True)]}, 0.0, finished, code=code)
 
 
-def test_a_store_refuses_results_of_other_code_naming_both_and_allowed_keeps_both(tmp_path):
-    from qdrift.store import CodeChanged
-
-    old, new = "a" * 64, "b" * 64
-    with Store(tmp_path / "s.sqlite") as store:
-        assert store.code_fingerprints() == []
-        store.check_code(old)
-        _done(store)
-        store.check_code(old)  # the same code resumes
-        with pytest.raises(CodeChanged, match=f"code sha256 {'a' * 16}.*is sha256 {'b' * 16}.*--allow-code-change"):
-            store.check_code(new)
-        assert store.code_fingerprints() == [old]  # the refused run recorded nothing
-        store.check_code(new, allow_change=True)
-        assert store.code_fingerprints() == [old, new]
-        store.check_code(new)  # now the current code
-        store.check_code(old, allow_change=True)  # back to the first: the history in order, the current last
-        assert store.code_fingerprints() == [old, new, old]
-
-
-def test_code_with_no_results_pins_nothing_and_a_store_from_before_code_fingerprints_is_not_guessed(tmp_path):
+def test_each_cell_keeps_its_code_and_a_store_holding_other_codes_is_refused_naming_them(tmp_path):
     from qdrift.store import UNRECORDED_CODE, CodeChanged
 
+    a, b = "a" * 64, "b" * 64
     with Store(tmp_path / "s.sqlite") as store:
-        store.check_code("a" * 64)
-        store.record_failed("k1", {"model": "m"}, "boom", 0.0, 1.0)  # a failed cell is no result
-        store.check_code("b" * 64)
-        assert store.code_fingerprints() == ["b" * 64]
-    with Store(tmp_path / "legacy.sqlite") as store:
-        _done(store)  # written as a qdrift that recorded no code would
+        assert store.code_fingerprints() == []
+        store.check_code(a)  # nothing stored: any code may start
+        store.record_failed("f", {"model": "m"}, "boom", 0.0, 1.0, code=b)  # a failed cell is no result
+        store.check_code(a)
+        _done(store, "k1", code=a, finished=2.0)
+        store.check_code(a)  # the same code resumes
+        with pytest.raises(CodeChanged, match=f"code sha256 {'a' * 16}.*is sha256 {'b' * 16}.*--allow-code-change"):
+            store.check_code(b)
+        store.check_code(b, allow_change=True)  # allowed: the check writes nothing
+        assert store.code_fingerprints() == [a]
+        _done(store, "k2", code=b, finished=3.0)
+        assert store.code_fingerprints() == [a, b]  # in the order each first finished a cell
+        assert {c["key"]: c["code"] for c in store.cells("done")} == {"k1": a, "k2": b}
+        with pytest.raises(CodeChanged, match=f"by qdrift code sha256 {'b' * 16}"):
+            store.check_code(a)  # the first code is now refused too: the store mixes
+        _done(store, "k0", code=None, finished=1.0)  # as a qdrift that recorded no code wrote it
+        assert store.code_fingerprints() == [UNRECORDED_CODE, a, b]
+
+
+def test_a_store_from_before_cells_recorded_their_code_gains_the_column_and_is_not_guessed(tmp_path):
+    import sqlite3
+
+    from qdrift.store import UNRECORDED_CODE, CodeChanged
+
+    path = tmp_path / "old.sqlite"
+    with Store(path) as store:
+        _done(store)
+    with sqlite3.connect(path) as db:  # the cells table as qdrift wrote it before the code column
+        db.execute("ALTER TABLE cells DROP COLUMN code")
+        assert "code" not in {col[1] for col in db.execute("PRAGMA table_info(cells)")}
+    with Store(path) as store:
+        assert store.code_fingerprints() == [UNRECORDED_CODE] and store.rows("episode")[0]["success"] is True
         with pytest.raises(CodeChanged, match="by a qdrift that did not record its code"):
             store.check_code("c" * 64)
-        store.check_code("c" * 64, allow_change=True)
-        assert store.code_fingerprints() == [UNRECORDED_CODE, "c" * 64]

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import qdrift
+from qdrift.repo_paths import agents_dir
 
 TRAIN_SEEDS_BELOW = 1_000_000
 
@@ -57,11 +57,6 @@ def check_split(seed: int, split: str | None) -> None:
         raise ValueError(f"seed {seed} is a held-out evaluation seed; training seeds are 0..{TRAIN_SEEDS_BELOW - 1}")
     if split == "eval" and not is_heldout(seed):
         raise ValueError(f"seed {seed} is a training seed; held-out evaluation seeds are >= {TRAIN_SEEDS_BELOW}")
-
-
-def agents_dir() -> Path:
-    """The repository's top-level `agents/` folder, located from qdrift's install location."""
-    return Path(qdrift.__file__).resolve().parents[1] / "agents"
 
 
 def available() -> list[str]:

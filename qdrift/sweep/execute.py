@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from qdrift.code_fingerprint import running_code
 from qdrift.store import Store
 from qdrift.sweep.cells import Cell, expand
 from qdrift.sweep.file import Sweep
@@ -30,6 +31,7 @@ class CellResult:
     error: str | None
     started: float
     finished: float
+    code: str | None = None  # the fingerprint of the code that ran it (qdrift.code_fingerprint.running_code)
 
 
 class Executor(Protocol):
@@ -42,7 +44,7 @@ class Executor(Protocol):
 def stored_result(store: Store, cell: Cell) -> CellResult:
     """A done cell's result as its run returned it, read back from the store (for a result sink)."""
     rec = store.cell(cell.key)
-    return CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"])
+    return CellResult(cell, store.cell_rows(cell.key), None, rec["started"], rec["finished"], rec["code"])
 
 
 def run_cell(runner: Callable[[Cell], dict[str, list[dict]]], cell: Cell) -> CellResult:
@@ -52,7 +54,8 @@ def run_cell(runner: Callable[[Cell], dict[str, list[dict]]], cell: Cell) -> Cel
         rows, error = runner(cell), None
     except Exception as e:
         rows, error = None, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
-    return CellResult(cell, rows, error, started, time.time())
+    # The code of the process that ran it: a Ray worker's may differ from the driver's.
+    return CellResult(cell, rows, error, started, time.time(), running_code())
 
 
 class LocalExecutor:
@@ -139,7 +142,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     Each model's weight files are fingerprinted first and checked against the store's record
     (`Store.check_model`), so retrained weights under the same name raise instead of resuming. So is
     qdrift's own code (`Store.check_code`): a store holding results of other code raises, unless
-    `allow_code_change` (for a change that cannot alter results; the store then lists both codes).
+    `allow_code_change` (for a change that cannot alter results); each cell records the code that ran it.
 
     Runs may share a store: each claims a cell just before running it (`Store.claim`) and skips the
     cells another live run is running, then waits for those (checking every `poll_s` seconds) and
@@ -150,10 +153,9 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     outcome's summary says so. A sink with a `name` (WandbSink: its project) has the cells it missed
     noted in the store, and the next run with that sink logs them first, from the stored rows.
     """
-    from qdrift.code_fingerprint import code_fingerprint
     from qdrift.models.fingerprint import model_fingerprint
 
-    store.check_code(code_fingerprint(), allow_code_change)
+    store.check_code(running_code(), allow_code_change)
     for ref in sweep.models:  # before any cell runs: never resume into results of other weights
         store.check_model(ref, model_fingerprint(ref))
     if executor is None:
@@ -241,10 +243,11 @@ class _Run:
     def _record(self, result: CellResult) -> None:
         cell, name = result.cell, self.sink.name
         if result.error is None:
-            self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished, sink=name)
+            self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished, sink=name,
+                                   code=result.code)
             self.outcome.done += 1
         elif self.store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished,
-                                      sink=name):
+                                      sink=name, code=result.code):
             self.outcome.failed.append((cell.label, result.error.splitlines()[0]))
             self.bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
         else:  # another run sharing the store finished this cell meanwhile: its results stand

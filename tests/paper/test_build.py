@@ -161,6 +161,21 @@ def test_an_unfinished_sweep_is_said_at_the_top(built, tmp_path):
     assert "18 of 24 cells done" in head and "Incomplete" in head
 
 
+def test_stores_measured_by_other_code_are_refused_unless_allowed_and_the_paper_names_the_codes(built, tmp_path):
+    from qdrift.cli import main
+    from qdrift.code_fingerprint import running_code
+
+    root = tmp_path / "p"
+    shutil.copytree(built, root)
+    with sqlite3.connect(root / "runs" / "organism.sqlite") as con:  # one cell as if another qdrift measured it
+        con.execute("UPDATE cells SET code = ?, finished = 0 WHERE key = (SELECT MIN(key) FROM cells)", ("e" * 64,))
+    with pytest.raises(SystemExit, match="qdrift paper: .*sha256 eeeeeeeeeeeeeeee.*--allow-code-change"):
+        main(["paper", str(root), "--quiet"])
+    assert main(["paper", str(root), "--quiet", "--allow-code-change"]) == 0  # every cell done: nothing runs
+    head = (root / "out" / "paper.md").read_text().split("## Abstract")[0]
+    assert f"qdrift code eeeeeeeeeeee then {running_code()[:12]})" in head  # in the order each first finished a cell
+
+
 def test_a_directory_without_paper_yaml_is_a_clear_error(tmp_path):
     from qdrift.cli import main
 

@@ -43,18 +43,16 @@ def test_a_card_missing_a_field_is_rejected_naming_it(tmp_path):
 def _store(path, code="cd" * 32):
     store = Store(path)
     store.check_model("organism", "ab" * 32)  # as a sweep records it
-    if code:
-        store.check_code(code)
     now = time.time()
     for config in ("baseline", SPEC):
         base = {"model": "organism", "config": config, "spec": config, "kind": "short_form", "task": "keys"}
         items = [{"item": i, "correct": i % 5 != 0 if config == SPEC else i % 10 != 0} for i in range(40)]
-        store.record_done(f"sf-{config}", base, {"item": items}, now, now)
+        store.record_done(f"sf-{config}", base, {"item": items}, now, now, code=code)
         for h in (1, 4):
             cfg = {**base, "kind": "agent", "task": "pointer_chase", "horizon": h}
             eps = [{"env": "pointer_chase", "horizon": h, "seed": s, "trial": 0,
                     "success": s % (2 if config == SPEC else 3) != 0} for s in range(12)]
-            store.record_done(f"a-{config}-{h}", cfg, {"episode": eps}, now, now)
+            store.record_done(f"a-{config}-{h}", cfg, {"episode": eps}, now, now, code=code)
     store.close()
 
 
@@ -73,19 +71,21 @@ def test_card_command_reads_a_store_and_hashes_it(tmp_path, capsys):
     assert card["data"][0]["role"] == "results store" and len(card["data"][0]["sha256"]) == 64
     assert card["data"][1]["path"] == "organism" and card["data"][1]["sha256"] == "ab" * 32
     assert card["data"][2]["path"] == "qdrift" and card["data"][2]["sha256"] == "cd" * 32
-    assert "before code fingerprints" not in card["data"][2]["role"]
+    assert not any("not known" in n for n in card["notes"])
     assert any("without a KV cache" in n for n in card["notes"])
     assert "INT4 g128 (decode)" in capsys.readouterr().out
 
 
 def test_a_card_says_when_some_results_were_measured_by_code_no_one_recorded(tmp_path):
     _store(tmp_path / "s.sqlite", code=None)  # results from a qdrift before code fingerprints
-    with Store(tmp_path / "s.sqlite") as store:
-        store.check_code("ef" * 32, allow_change=True)
+    with Store(tmp_path / "s.sqlite") as store:  # and one more by recorded code
+        store.record_done("more", {"model": "organism", "config": "baseline", "spec": "baseline", "kind": "agent",
+                                   "task": "ledger", "horizon": 1}, {"episode": []}, 1.0, 1.0, code="ef" * 32)
     assert main(["card", "--spec", SPEC, "--served-model", "m", "--store", str(tmp_path / "s.sqlite"),
                  "--out", str(tmp_path / "card")]) == 0
-    codes = [d for d in load_card(tmp_path / "card" / "card.json")["data"] if d["path"] == "qdrift"]
-    assert [d["sha256"] for d in codes] == ["ef" * 32] and "before code fingerprints" in codes[0]["role"]
+    card = load_card(tmp_path / "card" / "card.json")
+    assert [d["sha256"] for d in card["data"] if d["path"] == "qdrift"] == ["ef" * 32]
+    assert any("that code is not known" in n for n in card["notes"])
 
 
 def test_card_command_reads_a_verify_run(tmp_path, monkeypatch):

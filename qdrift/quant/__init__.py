@@ -1,5 +1,5 @@
 """Fake quantization of transformers causal LMs: weights, activations, KV cache, per phase."""
 
-from qdrift.quant.model import quantize, restore, spec_of, state_of
+from qdrift.quant.model import quantize, reseed_rounding, restore, spec_of, state_of
 
-__all__ = ["quantize", "restore", "spec_of", "state_of"]
+__all__ = ["quantize", "reseed_rounding", "restore", "spec_of", "state_of"]

@@ -68,6 +68,10 @@ class KVTensorQuantizer:
             self._generators[device] = make_generator(self.scheme, self.name, device)
         return self._generators[device]
 
+    def reseed(self) -> None:
+        """Restart the stochastic-rounding stream from its seed (`qdrift.quant.reseed_rounding`)."""
+        self._generators.clear()  # each is made again, freshly seeded, on its next use
+
     def scales_on(self, device: torch.device) -> Scales:
         """The fixed (unit or calibrated) scales on `device`, copied there once: a host-to-device
         copy per write would stall every decode step on a GPU until the queued kernels finish."""

@@ -89,6 +89,26 @@ def state_of(model: nn.Module) -> QuantState | None:
     return getattr(model, ATTR, None)
 
 
+def reseed_rounding(model: nn.Module) -> None:
+    """Restart every stochastic-rounding stream of a quantized model (activations, KV cache) from its seed.
+
+    The streams run on across forwards, so what a run draws depends on everything the model computed
+    before it. A sweep reseeds at the start of each cell, so that a cell's results follow from its own
+    configuration, not from which cells its process ran first (a resumed or a parallel sweep runs
+    others). Weights are rounded once, when the model is quantized. No-op for an unquantized model.
+    """
+    state = state_of(model)
+    if state is None:
+        return
+    for mq in state.modules:
+        for quantizers in mq.acts.values():
+            for q in quantizers.values():
+                q.reseed()
+    for layer in state.kv:
+        for q in layer.parts():
+            q.reseed()
+
+
 def _num_attention_layers(model: nn.Module) -> int:
     config = model.config.get_text_config(decoder=True)
     for key in ("num_hidden_layers", "n_layer", "num_layers"):

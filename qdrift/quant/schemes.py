@@ -24,13 +24,16 @@ def make_generator(scheme: TensorScheme, salt: str, device: torch.device) -> tor
     """A generator for stochastic rounding, seeded from the spec seed and a stable per-tensor salt."""
     if scheme.seed is None:
         return None
+    return torch.Generator(device=device).manual_seed(rounding_seed(scheme, salt))
+
+
+def rounding_seed(scheme: TensorScheme, salt: str) -> int:
+    """The seed of one tensor's stochastic rounding: the spec's seed and a stable hash of the tensor's name."""
     # A stable hash (python's hash() is salted per process) keeps runs reproducible; a cryptographic one
     # because names differ late and alike ("model.layers.12..." / "model.layers.21..."), which the bytes'
     # sum could not tell apart, so those tensors drew the same rounding decisions.
     offset = int.from_bytes(hashlib.sha256(salt.encode()).digest()[:8], "little")
-    gen = torch.Generator(device=device)
-    gen.manual_seed((scheme.seed * 1_000_003 + offset) % (2**63))
-    return gen
+    return (scheme.seed * 1_000_003 + offset) % (2**63)
 
 
 def _block(scheme: TensorScheme) -> int | None:
@@ -91,6 +94,11 @@ class ActivationQuantizer:
     @property
     def needs_calibration(self) -> bool:
         return self.scheme.source == "static"
+
+    def reseed(self) -> None:
+        """Restart the stochastic-rounding stream from its seed (`qdrift.quant.reseed_rounding`)."""
+        if self.generator is not None:
+            self.generator.manual_seed(rounding_seed(self.scheme, self.name))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.scheme.source == "static":

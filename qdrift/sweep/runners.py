@@ -29,7 +29,12 @@ class CellRunner:
         self.baseline_traces: dict[tuple, list] = {}  # (model, task, horizon, seeds) -> the baseline's token traces
 
     def __call__(self, cell: Cell) -> dict[str, list[dict]]:
+        from qdrift.quant import reseed_rounding
+
         model, tokenizer = self.models.get(cell.model, cell.spec, cell.calibration)
+        # A variant is kept across cells of its spec: its stochastic rounding starts over in each, so that
+        # a cell's results do not depend on which cells this process ran before it.
+        reseed_rounding(model)
         if isinstance(cell.task, AgentTask):
             drift = cell.task.drift and cell.spec != BASELINE
             baseline = self.models.get(cell.model, BASELINE)[0] if drift else None

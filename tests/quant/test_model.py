@@ -236,3 +236,21 @@ def test_parking_originals_on_a_missing_gpu_is_refused_before_quantizing():
     with pytest.raises(ValueError, match="original_device='cuda', but torch sees no CUDA device"):
         qdrift.quantize(model, "w8-a16-kv:16", original_device="cuda")
     assert qdrift.spec_of(model) is None  # nothing was done
+
+
+@pytest.mark.parametrize("spec", ["w16-a4~sr1-kv:16", "w16-a16-kv:4~sr2@dyn"])
+def test_reseeding_restarts_stochastic_rounding_so_a_run_does_not_depend_on_the_ones_before(llama, spec):
+    from transformers import DynamicCache
+
+    qdrift.quantize(llama, spec)
+    ids = prompt()
+
+    def run():  # a fresh cache each time: the KV part rounds only what this forward writes
+        with torch.no_grad():
+            return llama(ids, past_key_values=DynamicCache(config=llama.config)).logits
+
+    first = run()
+    assert not torch.equal(run(), first)  # the stream ran on: a second run draws other roundings
+    qdrift.quant.reseed_rounding(llama)
+    assert torch.equal(run(), first)
+    qdrift.quant.reseed_rounding(tiny_model("llama"))  # unquantized: nothing to reseed, no error

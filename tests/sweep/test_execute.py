@@ -239,6 +239,20 @@ def test_a_stochastic_rounding_spec_on_activations_or_the_cache_keys_its_cells_b
                                                                          False, False]
 
 
+def test_a_stochastic_rounding_cell_gives_the_same_rows_after_other_cells_of_its_spec_as_alone():
+    # A variant is kept across the cells of its spec, so a cell must not continue the random stream the
+    # ones before it drew: a resumed or a parallel sweep runs it after other cells, or first.
+    text = TEXT.replace("specs: [baseline, w8-a16-kv:16]", "specs: [w16-a4~sr1-kv:4~sr2@dyn]") + \
+        "    max_new_tokens: 6\n"
+    first, second = unique_cells(parse_sweep(text))  # L = 1, then L = 2
+    runner = CellRunner(batch=2)
+    runner(first)
+    after = runner(second)
+    alone = CellRunner(batch=2)(second)
+    assert [r["raw"] for r in after["step"]] == [r["raw"] for r in alone["step"]]
+    assert [r["logprob"] for r in after["step"]] == [r["logprob"] for r in alone["step"]]
+
+
 def test_weights_whose_every_cell_failed_do_not_pin_the_stores_fingerprint(tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()

@@ -38,7 +38,7 @@ def code_files() -> list[tuple[str, Path]]:
     if agents.is_dir():
         found += [(f"agents/{p.name}", p) for p in agents.glob("*.py")]
     task_folders = {"evals": REPO / "evals"}
-    if os.environ.get(EVALS_ENV):
+    if os.environ.get(EVALS_ENV) and Path(os.environ[EVALS_ENV]).resolve() != (REPO / "evals").resolve():
         task_folders[f"${EVALS_ENV}"] = Path(os.environ[EVALS_ENV])
     for label, folder in task_folders.items():
         if folder.is_dir():  # an install without the repository's evals/ has no task files to hash
@@ -61,6 +61,7 @@ def code_fingerprint() -> str:
 
 @lru_cache(maxsize=1)
 def running_code() -> str:
-    """`code_fingerprint()` as this process first read it: what a sweep records with each cell it
-    measures. Files edited later do not change it, as modules already imported do not change either."""
+    """`code_fingerprint()` as this process first read it (its first sweep's check, or its first cell):
+    what a sweep records with each cell it measures. A cell after which the files differ from it fails
+    (`qdrift.sweep.execute.run_cell`), as modules it imported meanwhile may be either code's."""
     return code_fingerprint()

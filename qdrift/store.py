@@ -80,6 +80,12 @@ class CodeChanged(ValueError):
     """The store holds results measured by other qdrift code than the running one."""
 
 
+def _code_name(code: str | None) -> str:
+    """A code fingerprint as messages name it."""
+    return ("a qdrift that did not record its code" if code in (None, UNRECORDED_CODE)
+            else f"qdrift code sha256 {code[:16]}...")
+
+
 def _rows_table(name: str) -> str:
     return _ROWS.format(name=name, kinds=", ".join(f"'{k}'" for k in KINDS))
 
@@ -136,7 +142,9 @@ class Store(SharedRuns):
                     if "locked" in str(e) else "not a store qdrift can open")
             raise ValueError(f"store {self.path} is {kind} ({type(e).__name__}: {e}); a store is an SQLite file "
                              "qdrift writes: name a new file to start one, or the store a sweep wrote") from None
-        self._add_code_column()
+        # Stores from before cells recorded their code gain the column at their first write, so that
+        # reading one (a card, a status) leaves its file as it was.
+        self._code_column = any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)"))
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if found is None:
             self._db.executescript(_rows_table("rows") + _INDEX)
@@ -159,15 +167,16 @@ class Store(SharedRuns):
         self._db.execute("COMMIT")
 
     def _add_code_column(self) -> None:
-        """Stores from before qdrift recorded its code get the `code` column (NULL in their cells: not
+        """Give a store from before cells recorded their code the `code` column (NULL in its cells: not
         recorded). Not part of the schema version: an older qdrift names its columns and ignores it."""
-        if any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)")):
+        if self._code_column:
             return
         try:
             _while_locked(lambda: self._db.execute("ALTER TABLE cells ADD COLUMN code TEXT"))
-        except sqlite3.OperationalError as e:  # another process opening the store added it first
+        except sqlite3.OperationalError as e:  # another process writing to the store added it first
             if "duplicate column" not in str(e):
                 raise
+        self._code_column = True
 
     def _migrate_from_1(self) -> None:
         """Version 1 allowed row kinds episode, step and item only, in a CHECK that SQLite cannot alter:
@@ -195,32 +204,50 @@ class Store(SharedRuns):
 
     # --- writing ---------------------------------------------------------------------------
     def record_done(self, key: str, config: Mapping[str, Any], rows: Mapping[str, Iterable[Mapping]],
-                    started: float, finished: float, sink: str | None = None, code: str | None = None) -> None:
+                    started: float, finished: float, sink: str | None = None, code: str | None = None,
+                    allow_other_code: bool = True) -> None:
         """Write a finished cell and all its rows (`{kind: [row, ...]}`) in one transaction; with `sink`,
-        note that sink's log of it as pending, to be cleared once it is logged (`pending_log`); `code`:
-        the fingerprint of the code that measured it (`qdrift.code_fingerprint`), None if unknown."""
+        note that sink's log of it as pending, to be cleared once it is logged (`pending_log`).
+
+        `code`: the fingerprint of the code that measured it (`qdrift.code_fingerprint`), None if
+        unknown. With `allow_other_code=False`, a cell whose code differs from any other done cell's
+        raises CodeChanged and writes nothing (runs of two codes that started on one store together, a
+        worker on another checkout)."""
         bad = sorted(set(rows) - set(KINDS))
         if bad:
             raise ValueError(f"row kind {bad[0]!r} is not one of {', '.join(KINDS)}")
         # A generator: rows are serialised inside the transaction, so a row that fails rolls back the cell.
         payload = ((key, kind, json.dumps(dict(r), default=_plain)) for kind, rs in rows.items() for r in rs)
-        self._write(key, config, "done", None, started, finished, payload, sink, code)
+        self._write(key, config, "done", None, started, finished, payload, sink, code, allow_other_code)
 
     def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float,
-                      sink: str | None = None, code: str | None = None) -> bool:
+                      sink: str | None = None) -> bool:
         """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it.
 
         A cell another process has meanwhile finished stays done with its rows (returns False): a
         failed attempt never deletes results.
         """
-        return self._write(key, config, "failed", error, started, finished, [], sink, code)
+        return self._write(key, config, "failed", error, started, finished, [], sink)
 
-    def _write(self, key, config, status, error, started, finished, payload, sink=None, code=None) -> bool:
+    def _write(self, key, config, status, error, started, finished, payload, sink=None, code=None,
+               allow_other_code=True) -> bool:
+        # A failed cell credits no code: an older qdrift that later finishes it leaves the column as it is.
+        code = code if status == "done" else None
+        self._add_code_column()
         with self._transaction() as db:
             if status == "failed":
                 now = db.execute("SELECT status FROM cells WHERE key = ?", (key,)).fetchone()
                 if now is not None and now[0] == "done":
                     return False  # nothing written yet: the transaction commits nothing
+            elif not allow_other_code:
+                other = db.execute("SELECT code FROM cells WHERE status = 'done' AND key != ? AND code IS NOT ? "
+                                   "LIMIT 1", (key, code)).fetchone()
+                if other is not None:
+                    raise CodeChanged(
+                        f"cell {key} was measured by {_code_name(code)}, but the store already holds "
+                        f"results measured by {_code_name(other[0])} (runs of different code sharing the store, or "
+                        "a worker on another checkout); it is not recorded: run it with the code of the store's "
+                        "results, or allow the change (--allow-code-change)")
             db.execute("DELETE FROM rows WHERE cell = ?", (key,))
             db.execute(
                 "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created, code) "
@@ -265,8 +292,7 @@ class Store(SharedRuns):
         """
         other = [c for c in self.code_fingerprints() if c != fingerprint]
         if other and not allow_change:
-            measured = " and ".join("by a qdrift that did not record its code" if c == UNRECORDED_CODE
-                                    else f"by qdrift code sha256 {c[:16]}..." for c in other)
+            measured = " and ".join(f"by {_code_name(c)}" for c in other)
             raise CodeChanged(
                 f"store {self.path} holds results measured {measured}, but this qdrift's code (its sources, "
                 f"built-in environments and task files: qdrift.code_fingerprint) is sha256 {fingerprint[:16]}...; "
@@ -278,7 +304,9 @@ class Store(SharedRuns):
     def code_fingerprints(self) -> list[str]:
         """The fingerprints of the code that measured this store's done cells, in the order each first
         finished one; UNRECORDED_CODE for cells recorded before qdrift recorded its code."""
-        found = self._db.execute("SELECT code FROM cells WHERE status = 'done' GROUP BY code ORDER BY MIN(finished)")
+        column = "code" if self._code_column else "NULL"
+        found = self._db.execute(f"SELECT {column} AS c FROM cells WHERE status = 'done' GROUP BY c "
+                                 "ORDER BY MIN(finished)")
         return [code or UNRECORDED_CODE for (code,) in found]
 
     def _has_results(self, ref: str) -> bool:
@@ -310,7 +338,8 @@ class Store(SharedRuns):
 
     def _cells(self, where: str, args: tuple) -> list[dict[str, Any]]:
         query = ("SELECT c.key, c.config, c.status, c.error, c.attempts, c.started, c.finished, c.wall_s, "
-                 "c.created, c.code, (SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
+                 f"c.created, {'c.code' if self._code_column else 'NULL'}, "
+                 "(SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
         names = ("key", "config", "status", "error", "attempts", "started", "finished", "wall_s", "created", "code",
                  "rows")
         out = []

@@ -37,6 +37,13 @@ def test_it_hashes_each_files_name_and_content_and_follows_a_task_folder_set_els
     assert not [n for n, _ in cf.code_files() if n.startswith("$QDRIFT_EVALS/")]
 
 
+def test_naming_the_checkouts_own_task_folder_is_the_same_code(monkeypatch):
+    monkeypatch.delenv("QDRIFT_EVALS", raising=False)
+    unset = cf.code_fingerprint()
+    monkeypatch.setenv("QDRIFT_EVALS", str(cf.REPO / "evals" / ".." / "evals"))
+    assert cf.code_fingerprint() == unset
+
+
 def test_a_process_records_the_code_as_it_first_read_it(monkeypatch):
     cf.running_code.cache_clear()
     first = cf.running_code()

@@ -256,7 +256,8 @@ def test_each_cell_keeps_its_code_and_a_store_holding_other_codes_is_refused_nam
     with Store(tmp_path / "s.sqlite") as store:
         assert store.code_fingerprints() == []
         store.check_code(a)  # nothing stored: any code may start
-        store.record_failed("f", {"model": "m"}, "boom", 0.0, 1.0, code=b)  # a failed cell is no result
+        store.record_failed("f", {"model": "m"}, "boom", 0.0, 1.0)  # a failed cell is no result, credits no code
+        assert store.cell("f")["code"] is None
         store.check_code(a)
         _done(store, "k1", code=a, finished=2.0)
         store.check_code(a)  # the same code resumes
@@ -273,6 +274,26 @@ def test_each_cell_keeps_its_code_and_a_store_holding_other_codes_is_refused_nam
         assert store.code_fingerprints() == [UNRECORDED_CODE, a, b]
 
 
+def test_a_cell_of_other_code_than_the_stores_other_results_is_refused_at_record_time_when_asked(tmp_path):
+    from qdrift.store import CodeChanged
+
+    a, b = "a" * 64, "b" * 64
+    with Store(tmp_path / "s.sqlite") as store:
+        store.record_done("k1", {"model": "m"}, {"episode": [episode(0, True)]}, 0.0, 1.0, code=a,
+                          allow_other_code=False)  # the first result: nothing to differ from
+        store.record_done("k1", {"model": "m"}, {"episode": [episode(0, True)]}, 0.0, 1.0, code=b,
+                          allow_other_code=False)  # its own earlier record is not another cell's
+        with pytest.raises(CodeChanged, match=f"cell k2 was measured by qdrift code sha256 {'a' * 16}.*"
+                                              f"results measured by qdrift code sha256 {'b' * 16}"):
+            store.record_done("k2", {"model": "m"}, {"episode": [episode(1, True)]}, 0.0, 1.0, code=a,
+                              allow_other_code=False)
+        assert store.status("k2") is None and len(store.rows("episode")) == 1  # nothing written
+        with pytest.raises(CodeChanged, match="a qdrift that did not record its code"):
+            store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 1.0, code=None, allow_other_code=False)
+        store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 2.0, code=a)  # allowed by default
+        assert store.code_fingerprints() == [b, a]
+
+
 def test_a_store_from_before_cells_recorded_their_code_gains_the_column_and_is_not_guessed(tmp_path):
     import sqlite3
 
@@ -284,7 +305,14 @@ def test_a_store_from_before_cells_recorded_their_code_gains_the_column_and_is_n
     with sqlite3.connect(path) as db:  # the cells table as qdrift wrote it before the code column
         db.execute("ALTER TABLE cells DROP COLUMN code")
         assert "code" not in {col[1] for col in db.execute("PRAGMA table_info(cells)")}
-    with Store(path) as store:
+    before = path.read_bytes()
+    with Store(path) as store:  # read only: the file stays as it was (a card hashes it)
         assert store.code_fingerprints() == [UNRECORDED_CODE] and store.rows("episode")[0]["success"] is True
+        assert store.cells()[0]["code"] is None
         with pytest.raises(CodeChanged, match="by a qdrift that did not record its code"):
             store.check_code("c" * 64)
+    assert path.read_bytes() == before
+    with Store(path) as store, Store(path) as other:  # the first write adds the column, once
+        store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 2.0, code="c" * 64)
+        other.record_done("k3", {"model": "m"}, {"episode": []}, 0.0, 3.0, code="c" * 64)
+        assert other.code_fingerprints() == [UNRECORDED_CODE, "c" * 64]

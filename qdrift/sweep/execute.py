@@ -14,12 +14,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
-from qdrift.code_fingerprint import running_code
-from qdrift.store import Store
+from qdrift.code_fingerprint import code_fingerprint, running_code
+from qdrift.store import CodeChanged, Store
 from qdrift.sweep.cells import Cell, expand
 from qdrift.sweep.file import Sweep
 
@@ -49,13 +49,20 @@ def stored_result(store: Store, cell: Cell) -> CellResult:
 
 def run_cell(runner: Callable[[Cell], dict[str, list[dict]]], cell: Cell) -> CellResult:
     """Run one cell; an exception becomes a failed result carrying its traceback (the sweep goes on)."""
+    code = running_code()  # read before the cell's first one (a Ray worker's first)
     started = time.time()
     try:
         rows, error = runner(cell), None
     except Exception as e:
         rows, error = None, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
     # The code of the process that ran it: a Ray worker's may differ from the driver's.
-    return CellResult(cell, rows, error, started, time.time(), running_code())
+    now = code_fingerprint()
+    if error is None and now != code:  # modules imported during the cell may be either code's
+        rows, error = None, (
+            f"CodeChanged: qdrift's files (its sources, built-in environments or task files) changed while this "
+            f"process ran its sweep: sha256 {code[:16]}... when it began, {now[:16]}... after this cell, which "
+            "may have run parts of either; start the sweep again")
+    return CellResult(cell, rows, error, started, time.time(), code)
 
 
 class LocalExecutor:
@@ -171,7 +178,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         outcome = SweepOutcome(len(cells), len(cells) - len(pending),
                                interrupted=sum(c.key in interrupted for c in pending))
         bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
-        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen)
+        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen, allow_code_change)
         try:
             run.sink.catch_up(cells)
             held = run.cells(pending)
@@ -203,6 +210,7 @@ class _Run:
     bar: Any
     sink: _Sink
     seen: dict[str, int]  # attempts recorded per cell when the run began
+    allow_code_change: bool = False  # record cells whose code differs from other done cells' (run_sweep)
 
     def cells(self, cells: list[Cell]) -> list[Cell]:
         """Run those of `cells` this run can claim; return the ones other live runs hold. Cells that are
@@ -243,11 +251,17 @@ class _Run:
     def _record(self, result: CellResult) -> None:
         cell, name = result.cell, self.sink.name
         if result.error is None:
-            self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished, sink=name,
-                                   code=result.code)
-            self.outcome.done += 1
-        elif self.store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished,
-                                      sink=name, code=result.code):
+            try:
+                self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished,
+                                       sink=name, code=result.code, allow_other_code=self.allow_code_change)
+            except CodeChanged as e:  # measured by other code than the store's results since this run checked
+                result = replace(result, rows=None, error=f"{type(e).__name__}: {e}")
+            else:
+                self.outcome.done += 1
+                self.sink(result)
+                return
+        if self.store.record_failed(cell.key, cell.config(), result.error, result.started, result.finished,
+                                    sink=name):
             self.outcome.failed.append((cell.label, result.error.splitlines()[0]))
             self.bar.write(f"failed: {cell.label}: {result.error.splitlines()[0]}")
         else:  # another run sharing the store finished this cell meanwhile: its results stand

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from qdrift import run_locks
+from qdrift.code_fingerprint import running_code
 from qdrift.store import Store
 from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, shortform, unique_cells
 from qdrift.sweep.runners import CellRunner
@@ -350,7 +351,8 @@ def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_ru
             waiting.start()
             wait_until(lambda: len(runner.calls) == 2)
             assert sorted(runner.calls) == sorted(c.label for c in cells[2:])  # the held two wait
-            other.record_done(cells[0].key, cells[0].config(), {"episode": []}, 0.0, 1.0)
+            other.record_done(cells[0].key, cells[0].config(), {"episode": []}, 0.0, 1.0,
+                              code=running_code())  # as a run of the same code records it
             time.sleep(0.3)  # six polls
             assert waiting.is_alive() and len(runner.calls) == 2  # the second is still held
         # the holding run ends without recording its second cell (as a killed run would)
@@ -507,3 +509,44 @@ def test_a_sink_named_empty_keeps_no_pending_logs_and_says_so(tmp_path):
                             on_result=FlakySink(name="", fail_on=1))
         assert store.pending_logs("") == set()
     assert "4 cell(s) not logged: this sink keeps no record of them" in outcome.summary()
+
+
+class OtherCheckoutExecutor(LocalExecutor):
+    """Cells run as by a worker on another checkout: each result carries that worker's code."""
+
+    def __init__(self, runner, code):
+        super().__init__(runner)
+        self.code = code
+
+    def submit(self, cells, on_start=None):
+        for result in super().submit(cells, on_start):
+            yield replace(result, code=self.code)
+
+
+def test_a_cell_measured_by_other_code_than_the_stores_results_is_failed_not_recorded_unless_allowed(tmp_path):
+    sweep = parse_sweep(TEXT)
+    with Store(tmp_path / "s.sqlite") as store:
+        run_sweep(replace(sweep, specs=["baseline"]), store, LocalExecutor(CountingRunner()), progress=False)
+        # The run's own check passes (its code measured the store); its worker's cells are another code's.
+        outcome = run_sweep(sweep, store, OtherCheckoutExecutor(CountingRunner(), "f" * 64), progress=False)
+        assert outcome.done == 0 and len(outcome.failed) == 2
+        assert all("measured by qdrift code sha256 ffffffffffffffff" in error for _, error in outcome.failed)
+        assert len(store.code_fingerprints()) == 1 and store.code_fingerprints()[0] != "f" * 64
+        outcome = run_sweep(sweep, store, OtherCheckoutExecutor(CountingRunner(), "f" * 64), progress=False,
+                            allow_code_change=True)
+        assert outcome.done == 2 and store.code_fingerprints()[1:] == ["f" * 64]
+
+
+def test_a_cell_after_which_qdrifts_files_differ_fails(tmp_path, monkeypatch):
+    from qdrift.sweep import execute
+
+    class EditingRunner(CountingRunner):
+        def __call__(self, cell):
+            monkeypatch.setattr(execute, "code_fingerprint", lambda: "0" * 64)  # an edit (a pull) mid-cell
+            return super().__call__(cell)
+
+    sweep = parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1]"))
+    with Store(tmp_path / "s.sqlite") as store:
+        outcome = run_sweep(replace(sweep, specs=["baseline"]), store, LocalExecutor(EditingRunner()), progress=False)
+        assert outcome.done == 0 and "CodeChanged: qdrift's files" in outcome.failed[0][1]
+        assert store.code_fingerprints() == []

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from qdrift import run_locks
+from qdrift.code_fingerprint import running_code
 from qdrift.store import Store
 from qdrift.sweep import Cell, LocalExecutor, parse_sweep, run_sweep, unique_cells
 from qdrift.sweep.execute import executor_for
@@ -198,7 +199,8 @@ def _hold_then_finish(path, cell, held, seconds):
         other.claim(cell.key)
         held.set()
         time.sleep(seconds)
-        other.record_done(cell.key, cell.config(), {"episode": []}, time.time(), time.time())
+        other.record_done(cell.key, cell.config(), {"episode": []}, time.time(), time.time(),
+                          code=running_code())  # as a run of the same code records it
 
 
 @pytest.mark.ray

@@ -80,6 +80,10 @@ class CodeChanged(ValueError):
     """The store holds results measured by other qdrift code than the running one."""
 
 
+class WeightsChanged(ValueError):
+    """The store pins other weights under a model's name than the ones a cell was measured on."""
+
+
 def _code_name(code: str | None) -> str:
     """A code fingerprint as messages name it."""
     return ("a qdrift that did not record its code" if code in (None, UNRECORDED_CODE)
@@ -205,20 +209,22 @@ class Store(SharedRuns):
     # --- writing ---------------------------------------------------------------------------
     def record_done(self, key: str, config: Mapping[str, Any], rows: Mapping[str, Iterable[Mapping]],
                     started: float, finished: float, sink: str | None = None, code: str | None = None,
-                    allow_other_code: bool = True) -> None:
+                    allow_other_code: bool = True, weights: tuple[str, str] | None = None) -> None:
         """Write a finished cell and all its rows (`{kind: [row, ...]}`) in one transaction; with `sink`,
         note that sink's log of it as pending, to be cleared once it is logged (`pending_log`).
 
         `code`: the fingerprint of the code that measured it (`qdrift.code_fingerprint`), None if
         unknown. With `allow_other_code=False`, a cell whose code differs from any other done cell's
         raises CodeChanged and writes nothing (runs of two codes that started on one store together, a
-        worker on another checkout)."""
+        worker on another checkout). `weights` (model reference, weights sha256, as `check_model` took
+        them): a store that now pins other weights under that name raises WeightsChanged, writing nothing
+        (another run re-pinned it before either recorded a result)."""
         bad = sorted(set(rows) - set(KINDS))
         if bad:
             raise ValueError(f"row kind {bad[0]!r} is not one of {', '.join(KINDS)}")
         # A generator: rows are serialised inside the transaction, so a row that fails rolls back the cell.
         payload = ((key, kind, json.dumps(dict(r), default=_plain)) for kind, rs in rows.items() for r in rs)
-        self._write(key, config, "done", None, started, finished, payload, sink, code, allow_other_code)
+        self._write(key, config, "done", None, started, finished, payload, sink, code, allow_other_code, weights)
 
     def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float,
                       sink: str | None = None) -> bool:
@@ -230,7 +236,7 @@ class Store(SharedRuns):
         return self._write(key, config, "failed", error, started, finished, [], sink)
 
     def _write(self, key, config, status, error, started, finished, payload, sink=None, code=None,
-               allow_other_code=True) -> bool:
+               allow_other_code=True, weights=None) -> bool:
         # A failed cell credits no code: an older qdrift that later finishes it leaves the column as it is.
         code = code if status == "done" else None
         self._add_code_column()
@@ -248,6 +254,14 @@ class Store(SharedRuns):
                         f"results measured by {_code_name(other[0])} (runs of different code sharing the store, or "
                         "a worker on another checkout); it is not recorded: run it with the code of the store's "
                         "results, or allow the change (--allow-code-change)")
+            if status == "done" and weights is not None:
+                pinned = db.execute("SELECT value FROM meta WHERE name = ?", (f"model:{weights[0]}",)).fetchone()
+                if pinned is not None and pinned[0] != weights[1]:
+                    raise WeightsChanged(
+                        f"cell {key} was measured on weights sha256 {weights[1][:16]}... of model '{weights[0]}', "
+                        f"but the store now pins weights sha256 {pinned[0][:16]}... under that name (another run "
+                        "with other weights started on it before either recorded a result); it is not recorded: "
+                        "give different weights different names, or runs of one set of weights one store")
             db.execute("DELETE FROM rows WHERE cell = ?", (key,))
             db.execute(
                 "INSERT INTO cells (key, config, status, error, attempts, started, finished, wall_s, created, code) "

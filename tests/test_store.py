@@ -316,3 +316,17 @@ def test_a_store_from_before_cells_recorded_their_code_gains_the_column_and_is_n
         store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 2.0, code="c" * 64)
         other.record_done("k3", {"model": "m"}, {"episode": []}, 0.0, 3.0, code="c" * 64)
         assert other.code_fingerprints() == [UNRECORDED_CODE, "c" * 64]
+
+
+def test_a_result_measured_on_weights_another_run_re_pinned_meanwhile_is_refused(tmp_path):
+    from qdrift.store import WeightsChanged
+
+    x, y = "1" * 64, "2" * 64
+    with Store(tmp_path / "s.sqlite") as a, Store(tmp_path / "s.sqlite") as b:
+        a.check_model("m", x)  # run A starts...
+        b.check_model("m", y)  # ...run B, other weights under the same name, before A recorded anything
+        with pytest.raises(WeightsChanged, match=f"weights sha256 {'1' * 16}.*now pins weights sha256 {'2' * 16}"):
+            a.record_done("k1", {"model": "m"}, {"episode": [episode(0, True)]}, 0.0, 1.0, weights=("m", x))
+        assert a.status("k1") is None
+        b.record_done("k2", {"model": "m"}, {"episode": [episode(1, True)]}, 0.0, 1.0, weights=("m", y))
+        assert a.model_fingerprints() == {"m": y} and [r["seed"] for r in a.rows("episode")] == [1]

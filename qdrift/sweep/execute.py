@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from qdrift.code_fingerprint import code_fingerprint, running_code
-from qdrift.store import CodeChanged, Store
+from qdrift.store import CodeChanged, Store, WeightsChanged
 from qdrift.sweep.cells import Cell, expand
 from qdrift.sweep.file import Sweep
 
@@ -163,8 +163,9 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     from qdrift.models.fingerprint import model_fingerprint
 
     store.check_code(running_code(), allow_code_change)
-    for ref in sweep.models:  # before any cell runs: never resume into results of other weights
-        store.check_model(ref, model_fingerprint(ref))
+    weights = {ref: model_fingerprint(ref) for ref in sweep.models}
+    for ref, fingerprint in weights.items():  # before any cell runs: never resume into results of other weights
+        store.check_model(ref, fingerprint)
     if executor is None:
         executor = executor_for(sweep)
     cells = unique_cells(sweep)
@@ -178,7 +179,8 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         outcome = SweepOutcome(len(cells), len(cells) - len(pending),
                                interrupted=sum(c.key in interrupted for c in pending))
         bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
-        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen, allow_code_change)
+        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen, allow_code_change,
+                   weights)
         try:
             run.sink.catch_up(cells)
             held = run.cells(pending)
@@ -211,6 +213,7 @@ class _Run:
     sink: _Sink
     seen: dict[str, int]  # attempts recorded per cell when the run began
     allow_code_change: bool = False  # record cells whose code differs from other done cells' (run_sweep)
+    weights: dict[str, str] = field(default_factory=dict)  # model reference -> the weights sha256 checked
 
     def cells(self, cells: list[Cell]) -> list[Cell]:
         """Run those of `cells` this run can claim; return the ones other live runs hold. Cells that are
@@ -253,8 +256,10 @@ class _Run:
         if result.error is None:
             try:
                 self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished,
-                                       sink=name, code=result.code, allow_other_code=self.allow_code_change)
-            except CodeChanged as e:  # measured by other code than the store's results since this run checked
+                                       sink=name, code=result.code, allow_other_code=self.allow_code_change,
+                                       weights=(cell.model, self.weights[cell.model]) if cell.model in self.weights
+                                       else None)
+            except (CodeChanged, WeightsChanged) as e:  # another run's results, since this one checked the store
                 result = replace(result, rows=None, error=f"{type(e).__name__}: {e}")
             else:
                 self.outcome.done += 1

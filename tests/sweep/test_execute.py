@@ -550,3 +550,22 @@ def test_a_cell_after_which_qdrifts_files_differ_fails(tmp_path, monkeypatch):
         outcome = run_sweep(replace(sweep, specs=["baseline"]), store, LocalExecutor(EditingRunner()), progress=False)
         assert outcome.done == 0 and "CodeChanged: qdrift's files" in outcome.failed[0][1]
         assert store.code_fingerprints() == []
+
+
+def test_a_cell_whose_model_another_run_re_pinned_to_other_weights_meanwhile_is_failed_not_recorded(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "s.sqlite"
+
+    class RepinningRunner(CountingRunner):
+        def __call__(self, cell):  # run B, other weights under the same name, starts before this cell records
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE meta SET value = ? WHERE name = 'model:tiny:llama'", ("f" * 64,))
+            return super().__call__(cell)
+
+    sweep = parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1]"))
+    with Store(path) as store:
+        outcome = run_sweep(replace(sweep, specs=["baseline"]), store, LocalExecutor(RepinningRunner()),
+                            progress=False)
+        assert outcome.done == 0 and "now pins weights sha256 ffffffffffffffff" in outcome.failed[0][1]
+        assert store.cells("done") == []

@@ -31,7 +31,7 @@ def code_files() -> list[tuple[str, Path]]:
 
     qdrift's own sources; the built-in environments (`agents/*.py`, where the package finds them); the
     lm-eval task folder in use ($QDRIFT_EVALS, else `evals/`) and the checkout's `evals/`, against
-    which task files name their data; neither prose (Markdown) nor bytecode."""
+    which task files name their data; neither prose (Markdown), bytecode nor hidden files."""
     found = [(f"qdrift/{p.relative_to(PACKAGE).as_posix()}", p) for p in PACKAGE.rglob("*")
              if p.is_file() and _is_code(p) and not any(p.is_relative_to(s) for s in SKIPPED)]
     agents = agents_dir()
@@ -48,7 +48,10 @@ def code_files() -> list[tuple[str, Path]]:
 
 
 def _is_code(path: Path) -> bool:
-    return path.suffix not in NOT_CODE_SUFFIXES and "__pycache__" not in path.parts
+    # Hidden files and editors' droppings (vim's .swp, backups ending in ~) are not code either: an
+    # open editor must not change the fingerprint of a running sweep.
+    return (path.suffix not in NOT_CODE_SUFFIXES and "__pycache__" not in path.parts
+            and not path.name.startswith(".") and not path.name.endswith("~"))
 
 
 def code_fingerprint() -> str:

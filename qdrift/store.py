@@ -170,10 +170,17 @@ class Store(SharedRuns):
             raise
         self._db.execute("COMMIT")
 
+    def _has_code(self) -> bool:
+        """Whether the `cells` table has the `code` column, looked up again until it has (another process
+        sharing the store may add it with its first write)."""
+        if not self._code_column:
+            self._code_column = any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)"))
+        return self._code_column
+
     def _add_code_column(self) -> None:
         """Give a store from before cells recorded their code the `code` column (NULL in its cells: not
         recorded). Not part of the schema version: an older qdrift names its columns and ignores it."""
-        if self._code_column:
+        if self._has_code():
             return
         try:
             _while_locked(lambda: self._db.execute("ALTER TABLE cells ADD COLUMN code TEXT"))
@@ -254,9 +261,10 @@ class Store(SharedRuns):
                         f"results measured by {_code_name(other[0])} (runs of different code sharing the store, or "
                         "a worker on another checkout); it is not recorded: run it with the code of the store's "
                         "results, or allow the change (--allow-code-change)")
-            if status == "done" and weights is not None:
+            if status == "done" and weights is not None:  # pinned here if no run has yet (check_model's pin)
+                db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"model:{weights[0]}", weights[1]))
                 pinned = db.execute("SELECT value FROM meta WHERE name = ?", (f"model:{weights[0]}",)).fetchone()
-                if pinned is not None and pinned[0] != weights[1]:
+                if pinned[0] != weights[1]:
                     raise WeightsChanged(
                         f"cell {key} was measured on weights sha256 {weights[1][:16]}... of model '{weights[0]}', "
                         f"but the store now pins weights sha256 {pinned[0][:16]}... under that name (another run "
@@ -285,12 +293,13 @@ class Store(SharedRuns):
         on different weights under one name from being resumed into (and reported as) one model.
         """
         name = f"model:{ref}"
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (name, fingerprint))
-        stored = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()[0]
-        if stored != fingerprint and not self._has_results(ref):
-            # The other weights left no result (every cell of theirs failed): nothing would mix.
-            self._db.execute("UPDATE meta SET value = ? WHERE name = ?", (fingerprint, name))
-            stored = fingerprint
+        with self._transaction() as db:  # one step: no other run records a result between look and re-pin
+            db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (name, fingerprint))
+            stored = db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()[0]
+            if stored != fingerprint and not self._has_results(ref):
+                # The other weights left no result (every cell of theirs failed): nothing would mix.
+                db.execute("UPDATE meta SET value = ? WHERE name = ?", (fingerprint, name))
+                stored = fingerprint
         if stored != fingerprint:
             raise ValueError(
                 f"store {self.path} holds results of model '{ref}' with weights sha256 {stored[:16]}..., but "
@@ -318,7 +327,7 @@ class Store(SharedRuns):
     def code_fingerprints(self) -> list[str]:
         """The fingerprints of the code that measured this store's done cells, in the order each first
         finished one; UNRECORDED_CODE for cells recorded before qdrift recorded its code."""
-        column = "code" if self._code_column else "NULL"
+        column = "code" if self._has_code() else "NULL"
         found = self._db.execute(f"SELECT {column} AS c FROM cells WHERE status = 'done' GROUP BY c "
                                  "ORDER BY MIN(finished)")
         return [code or UNRECORDED_CODE for (code,) in found]
@@ -352,7 +361,7 @@ class Store(SharedRuns):
 
     def _cells(self, where: str, args: tuple) -> list[dict[str, Any]]:
         query = ("SELECT c.key, c.config, c.status, c.error, c.attempts, c.started, c.finished, c.wall_s, "
-                 f"c.created, {'c.code' if self._code_column else 'NULL'}, "
+                 f"c.created, {'c.code' if self._has_code() else 'NULL'}, "
                  "(SELECT COUNT(*) FROM rows r WHERE r.cell = c.key) FROM cells c")
         names = ("key", "config", "status", "error", "attempts", "started", "finished", "wall_s", "created", "code",
                  "rows")

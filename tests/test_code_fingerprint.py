@@ -30,7 +30,9 @@ def test_it_hashes_each_files_name_and_content_and_follows_a_task_folder_set_els
     before = cf.code_fingerprint()
     assert before == ref.hexdigest()
     (evals / "README.md").write_text("other prose\n")
-    assert cf.code_fingerprint() == before  # prose is not code
+    (evals / "t" / ".task.yaml.swp").write_bytes(b"\0")  # an editor holding the file open
+    (evals / "t" / "task.yaml~").write_text("task: backup\n")
+    assert cf.code_fingerprint() == before  # prose, hidden files and backups are not code
     task.write_text("task: b\n")
     assert cf.code_fingerprint() != before
     monkeypatch.setenv("QDRIFT_EVALS", str(tmp_path / "missing"))

@@ -312,10 +312,13 @@ def test_a_store_from_before_cells_recorded_their_code_gains_the_column_and_is_n
         with pytest.raises(CodeChanged, match="by a qdrift that did not record its code"):
             store.check_code("c" * 64)
     assert path.read_bytes() == before
-    with Store(path) as store, Store(path) as other:  # the first write adds the column, once
+    with Store(path) as reader, Store(path) as store, Store(path) as other:  # the first write adds the column
+        assert reader.code_fingerprints() == [UNRECORDED_CODE]
         store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 2.0, code="c" * 64)
-        other.record_done("k3", {"model": "m"}, {"episode": []}, 0.0, 3.0, code="c" * 64)
-        assert other.code_fingerprints() == [UNRECORDED_CODE, "c" * 64]
+        other.record_done("k3", {"model": "m"}, {"episode": []}, 0.0, 3.0, code="c" * 64)  # added already: once
+        # a store opened before the column came sees the codes written since
+        assert reader.code_fingerprints() == other.code_fingerprints() == [UNRECORDED_CODE, "c" * 64]
+        assert {c["key"]: c["code"] for c in reader.cells()} == {"k1": None, "k2": "c" * 64, "k3": "c" * 64}
 
 
 def test_a_result_measured_on_weights_another_run_re_pinned_meanwhile_is_refused(tmp_path):
@@ -330,3 +333,13 @@ def test_a_result_measured_on_weights_another_run_re_pinned_meanwhile_is_refused
         assert a.status("k1") is None
         b.record_done("k2", {"model": "m"}, {"episode": [episode(1, True)]}, 0.0, 1.0, weights=("m", y))
         assert a.model_fingerprints() == {"m": y} and [r["seed"] for r in a.rows("episode")] == [1]
+
+
+def test_a_result_recorded_with_its_weights_pins_them_when_no_run_has(tmp_path):
+    from qdrift.store import WeightsChanged
+
+    with Store(tmp_path / "s.sqlite") as store:
+        store.record_done("k1", {"model": "m"}, {"episode": []}, 0.0, 1.0, weights=("m", "1" * 64))
+        assert store.model_fingerprints() == {"m": "1" * 64}
+        with pytest.raises(WeightsChanged):
+            store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 1.0, weights=("m", "2" * 64))

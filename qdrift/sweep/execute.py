@@ -48,21 +48,34 @@ def stored_result(store: Store, cell: Cell) -> CellResult:
 
 
 def run_cell(runner: Callable[[Cell], dict[str, list[dict]]], cell: Cell) -> CellResult:
-    """Run one cell; an exception becomes a failed result carrying its traceback (the sweep goes on)."""
-    code = running_code()  # read before the cell's first one (a Ray worker's first)
+    """Run one cell; an exception becomes a failed result carrying its traceback (the sweep goes on).
+
+    The result carries the code this process first read (`running_code`: a Ray worker's may differ from
+    the driver's). A cell is not run once qdrift's files differ from that reading, and fails if they
+    came to differ while it ran: modules it imported meanwhile may be either code's."""
+    code = running_code()
     started = time.time()
+    changed = _code_changed(code)
+    if changed:
+        return CellResult(cell, None, changed, started, time.time(), code)
     try:
         rows, error = runner(cell), None
     except Exception as e:
         rows, error = None, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
-    # The code of the process that ran it: a Ray worker's may differ from the driver's.
-    now = code_fingerprint()
-    if error is None and now != code:  # modules imported during the cell may be either code's
-        rows, error = None, (
-            f"CodeChanged: qdrift's files (its sources, built-in environments or task files) changed while this "
-            f"process ran its sweep: sha256 {code[:16]}... when it began, {now[:16]}... after this cell, which "
-            "may have run parts of either; start the sweep again")
+    changed = _code_changed(code)
+    if changed and error is None:
+        rows, error = None, changed
     return CellResult(cell, rows, error, started, time.time(), code)
+
+
+def _code_changed(code: str) -> str | None:
+    """The error of a process whose code files no longer match its first reading (`code`), or None."""
+    now = code_fingerprint()
+    if now == code:
+        return None
+    return (f"CodeChanged: qdrift's files (its sources, built-in environments or task files) changed since this "
+            f"process first read them (its sweep's check, or a worker's first cell): sha256 {code[:16]}... then, "
+            f"{now[:16]}... now; start the sweep again")
 
 
 class LocalExecutor:

@@ -537,19 +537,31 @@ def test_a_cell_measured_by_other_code_than_the_stores_results_is_failed_not_rec
         assert outcome.done == 2 and store.code_fingerprints()[1:] == ["f" * 64]
 
 
-def test_a_cell_after_which_qdrifts_files_differ_fails(tmp_path, monkeypatch):
-    from qdrift.sweep import execute
+def test_a_cell_after_which_qdrifts_files_differ_fails_and_later_cells_are_not_run(tmp_path, monkeypatch):
+    from qdrift import code_fingerprint as cf
+
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "task.yaml").write_text("task: a\n")
+    monkeypatch.setenv("QDRIFT_EVALS", str(evals))  # a task folder this test may edit
+    cf.running_code.cache_clear()
 
     class EditingRunner(CountingRunner):
         def __call__(self, cell):
-            monkeypatch.setattr(execute, "code_fingerprint", lambda: "0" * 64)  # an edit (a pull) mid-cell
+            (evals / "task.yaml").write_text("task: b\n")  # an edit (a pull) while the sweep runs
             return super().__call__(cell)
 
-    sweep = parse_sweep(TEXT.replace("horizons: [1, 2]", "horizons: [1]"))
-    with Store(tmp_path / "s.sqlite") as store:
-        outcome = run_sweep(replace(sweep, specs=["baseline"]), store, LocalExecutor(EditingRunner()), progress=False)
-        assert outcome.done == 0 and "CodeChanged: qdrift's files" in outcome.failed[0][1]
-        assert store.code_fingerprints() == []
+    try:
+        runner = EditingRunner()
+        with Store(tmp_path / "s.sqlite") as store:
+            outcome = run_sweep(replace(parse_sweep(TEXT), specs=["baseline"]), store, LocalExecutor(runner),
+                                progress=False)
+            assert outcome.done == 0 and len(outcome.failed) == 2 and len(runner.calls) == 1
+            assert all("CodeChanged: qdrift's files" in error for _, error in outcome.failed)
+            assert store.code_fingerprints() == []
+    finally:
+        monkeypatch.undo()
+        cf.running_code.cache_clear()
 
 
 def test_a_cell_whose_model_another_run_re_pinned_to_other_weights_meanwhile_is_failed_not_recorded(tmp_path):

@@ -247,7 +247,7 @@ def test_reseeding_restarts_stochastic_rounding_so_a_run_does_not_depend_on_the_
 
     def run():  # a fresh cache each time: the KV part rounds only what this forward writes
         with torch.no_grad():
-            return llama(ids, past_key_values=DynamicCache(config=llama.config)).logits
+            return llama(ids, cache=DynamicCache(config=llama.config)).logits
 
     first = run()
     assert not torch.equal(run(), first)  # the stream ran on: a second run draws other roundings

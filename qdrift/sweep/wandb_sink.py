@@ -88,14 +88,16 @@ def rows_table(rows: list[dict]):
     return wandb.Table(columns=names, data=data, allow_mixed_types=True)
 
 
-def run_config(cell: Cell, sweep_name: str) -> dict[str, Any]:
-    """The run's config: the cell's configuration and key, the sweep, and the parsed spec fields."""
+def run_config(cell: Cell, sweep_name: str, code: str | None = None) -> dict[str, Any]:
+    """The run's config: the cell's configuration and key, the sweep, the parsed spec fields, and the
+    fingerprint of the code that ran it (`qdrift.code_fingerprint`; None where it was not recorded)."""
     from qdrift.spec import QuantSpec
 
     config = dict(cell.config())
     config["cell_key"] = cell.key
     config["sweep"] = sweep_name
     config["spec_fields"] = None if cell.spec == BASELINE else QuantSpec.parse(cell.spec).to_dict()
+    config["qdrift_code"] = code
     return config
 
 
@@ -127,7 +129,7 @@ class WandbSink:
         run = wandb.init(
             project=self.options.project, entity=self.options.entity, group=self.sweep_name,
             name=cell.label, job_type=cell.task.kind, tags=[t[:64] for t in (cell.model, cell.spec, cell.task.name)],  # W&B caps tags at 64
-            config=run_config(cell, self.sweep_name), dir=str(self.dir), mode=self.mode,
+            config=run_config(cell, self.sweep_name, result.code), dir=str(self.dir), mode=self.mode,
             # No system-metrics sampling, console capture, code or pip-freeze upload: per cell they cost
             # about a second (the pip scan alone ~0.9 s) and say nothing the config (qdrift_version) does not.
             settings=wandb.Settings(console="off", x_disable_stats=True, disable_git=True, save_code=False,

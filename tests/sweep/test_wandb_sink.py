@@ -12,6 +12,7 @@ pytest.importorskip("wandb")  # the [dev] extra installs it, so CI runs these te
 
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
+from qdrift.code_fingerprint import running_code  # noqa: E402
 from qdrift.store import Store  # noqa: E402
 from qdrift.sweep import parse_sweep, run_sweep, shortform, unique_cells  # noqa: E402
 from qdrift.sweep.wandb_sink import WandbSink, api_key_source, choose_mode  # noqa: E402
@@ -164,6 +165,7 @@ def test_every_cell_becomes_one_offline_run_with_its_config_metrics_tables_and_p
         config = run["config"]
         assert {k: config[k] for k in cell.config()} == json.loads(json.dumps(cell.config()))
         assert config["spec"] == cell.spec and config["sweep"] == "wbtest"
+        assert config["qdrift_code"] == running_code()  # which code measured it, as the store records
         media = run["folder"] / "files" / "media"
         if cell.spec == "baseline":
             assert config["spec_fields"] is None and "paired/diff" not in run["summary"]

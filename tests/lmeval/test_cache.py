@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'qdrift[lmeval]')")
 
+from qdrift.code_fingerprint import running_code  # noqa: E402
 from qdrift.lmeval import QdriftLM, evaluate, tagged_cache_path  # noqa: E402
 from qdrift.lmeval.cache import check_cache_file  # noqa: E402
 from qdrift.quant import restore  # noqa: E402
@@ -14,14 +15,18 @@ TASK = "organism_keys_mc"
 
 
 def test_tagged_cache_path_puts_the_tag_in_the_file_name(tmp_path):
-    assert tagged_cache_path(tmp_path, "m", "abc") == str(tmp_path / "m.spec-abc")
-    assert tagged_cache_path("out/run", "m", "abc") == "out/run.m.spec-abc"
-    assert tagged_cache_path("out/run.m.spec-abc", "m", "abc") == "out/run.m.spec-abc"
+    code = running_code()[:12]
+    assert tagged_cache_path(tmp_path, "m", "abc") == str(tmp_path / f"m.spec-abc.code-{code}")
+    assert tagged_cache_path("out/run", "m", "abc") == f"out/run.m.spec-abc.code-{code}"
+    assert tagged_cache_path(f"out/run.m.spec-abc.code-{code}", "m", "abc") == f"out/run.m.spec-abc.code-{code}"
+    assert tagged_cache_path("out/run.m.spec-abc.code-0", "m", "abc") != "out/run.m.spec-abc.code-0"
 
 
-def test_a_cache_file_without_the_spec_hash_is_refused():
+def test_a_cache_file_without_the_spec_hash_or_of_other_code_is_refused():
     with pytest.raises(ValueError, match="spec-abc"):
         check_cache_file("/tmp/plain_rank0.db", "abc")
+    with pytest.raises(ValueError, match=f"spec-abc.code-{running_code()[:12]}"):
+        check_cache_file("/tmp/m.spec-abc.code-000000000000_rank0.db", "abc")  # written by other code
 
 
 def _logliks(rows):
@@ -38,7 +43,9 @@ def test_two_specs_of_one_model_never_share_cached_answers(tiny, tmp_path, monke
     finally:
         restore(model)
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == sorted([f"tiny.spec-{base.spec_hash}_rank0.db", f"tiny.spec-{variant.spec_hash}_rank0.db"])
+    code = running_code()[:12]
+    assert files == sorted([f"tiny.spec-{base.spec_hash}.code-{code}_rank0.db",
+                            f"tiny.spec-{variant.spec_hash}.code-{code}_rank0.db"])
     assert _logliks(second.rows) != _logliks(first.rows)  # recomputed under spec B, not A's answers
     assert second.results["config"]["qdrift_spec_hash"] == variant.spec_hash  # and the results file says which
 

@@ -5,6 +5,7 @@ import pytest
 pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'qdrift[lmeval]')")
 
 from qdrift.cli import main  # noqa: E402
+from qdrift.code_fingerprint import running_code  # noqa: E402
 from qdrift.lmeval.tasks import evals_dir  # noqa: E402
 from qdrift.spec import QuantSpec  # noqa: E402
 
@@ -15,7 +16,8 @@ def test_qdrift_lmeval_runs_lm_eval_with_the_qdrift_model(tmp_path, capsys):
                  "--include_path", str(evals_dir() / "organism"), "--tasks", "organism_keys_mc",
                  "--limit", "1", "--use_cache", f"{tmp_path}/"]) == 0
     assert "organism_keys_mc" in capsys.readouterr().out
-    assert [p.name for p in tmp_path.iterdir()] == [f"tiny-llama.spec-{QuantSpec.parse(spec).hash}_rank0.db"]
+    code = running_code()[:12]
+    assert [p.name for p in tmp_path.iterdir()] == [f"tiny-llama.spec-{QuantSpec.parse(spec).hash}.code-{code}_rank0.db"]
 
 
 def test_the_qdrift_command_lists_lmeval_without_importing_lm_eval():

@@ -6,6 +6,7 @@ pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'qd
 
 from lm_eval.api.registry import get_model  # noqa: E402
 
+from qdrift.code_fingerprint import running_code  # noqa: E402
 from qdrift.lmeval import QdriftLM  # noqa: E402
 from qdrift.quant import quantize, restore, spec_of  # noqa: E402
 from qdrift.spec import QuantSpec  # noqa: E402
@@ -20,7 +21,7 @@ def test_model_by_name_is_quantized_and_named_by_its_spec():
     spec = QuantSpec.parse("w4g32-a16-kv:16")
     assert spec_of(lm.model) == spec
     assert lm.model_name == f"tiny:llama@w4g32-a16-kv:16#{spec.hash}"
-    assert lm.cache_tag == f"tiny-llama.spec-{spec.hash}"
+    assert lm.cache_tag == f"tiny-llama.spec-{spec.hash}.code-{running_code()[:12]}"
 
 
 def test_no_spec_is_the_noop_baseline():

@@ -64,7 +64,7 @@ def code_fingerprint() -> str:
 
 @lru_cache(maxsize=1)
 def running_code() -> str:
-    """`code_fingerprint()` as this process first read it (its first sweep's check, or its first cell):
+    """`code_fingerprint()` as this process first read it (when it imported `qdrift.sweep.execute`):
     what a sweep records with each cell it measures. A cell after which the files differ from it fails
     (`qdrift.sweep.execute.run_cell`), as modules it imported meanwhile may be either code's."""
     return code_fingerprint()

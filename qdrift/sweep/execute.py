@@ -23,6 +23,11 @@ from qdrift.store import CodeChanged, Store, WeightsChanged
 from qdrift.sweep.cells import Cell, expand
 from qdrift.sweep.file import Sweep
 
+# The code this process measures with is read when the sweep machinery is imported, before the modules
+# a cell imports later (models, quantization, environments): an edit made after this point, before the
+# first sweep too, makes the cells fail rather than record results of mixed code (run_cell).
+running_code()
+
 
 @dataclass
 class CellResult:
@@ -74,8 +79,8 @@ def _code_changed(code: str) -> str | None:
     if now == code:
         return None
     return (f"CodeChanged: qdrift's files (its sources, built-in environments or task files) changed since this "
-            f"process first read them (its sweep's check, or a worker's first cell): sha256 {code[:16]}... then, "
-            f"{now[:16]}... now; start the sweep again")
+            f"process first read them (when it imported qdrift.sweep): sha256 {code[:16]}... then, {now[:16]}... "
+            "now; run the sweep again in a new process (a notebook: restart its kernel)")
 
 
 class LocalExecutor:

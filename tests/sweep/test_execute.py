@@ -581,3 +581,27 @@ def test_a_cell_whose_model_another_run_re_pinned_to_other_weights_meanwhile_is_
                             progress=False)
         assert outcome.done == 0 and "now pins weights sha256 ffffffffffffffff" in outcome.failed[0][1]
         assert store.cells("done") == []
+
+
+def test_an_edit_between_importing_the_sweep_machinery_and_the_first_sweep_fails_its_cells(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "task.yaml").write_text("task: a\n")
+    script = f"""
+from pathlib import Path
+from qdrift.sweep import parse_sweep, run_sweep      # the code is read here
+from qdrift.store import Store
+Path({str(evals / 'task.yaml')!r}).write_text("task: b\\n")   # an edit (a notebook's) before the first sweep
+sweep = parse_sweep('''{TEXT.replace("horizons: [1, 2]", "horizons: [1]").replace("specs: [baseline, w8-a16-kv:16]", "specs: [baseline]")}''')
+with Store({str(tmp_path / 's.sqlite')!r}) as store:
+    outcome = run_sweep(sweep, store, progress=False)
+print(outcome.done, outcome.failed[0][1][:60] if outcome.failed else "")
+"""
+    env = {**os.environ, "QDRIFT_EVALS": str(evals), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 CodeChanged: qdrift's files (its sources, built-in environme"

@@ -235,7 +235,8 @@ class Store(SharedRuns):
 
     def record_failed(self, key: str, config: Mapping[str, Any], error: str, started: float, finished: float,
                       sink: str | None = None) -> bool:
-        """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it.
+        """Mark a cell failed with its error (no rows), so the sweep goes on and a rerun retries it. It
+        credits no code (`code` stays NULL): an older qdrift that later finishes it leaves the column as it is.
 
         A cell another process has meanwhile finished stays done with its rows (returns False): a
         failed attempt never deletes results.
@@ -244,8 +245,6 @@ class Store(SharedRuns):
 
     def _write(self, key, config, status, error, started, finished, payload, sink=None, code=None,
                allow_other_code=True, weights=None) -> bool:
-        # A failed cell credits no code: an older qdrift that later finishes it leaves the column as it is.
-        code = code if status == "done" else None
         self._add_code_column()
         with self._transaction() as db:
             if status == "failed":

@@ -197,8 +197,8 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         outcome = SweepOutcome(len(cells), len(cells) - len(pending),
                                interrupted=sum(c.key in interrupted for c in pending))
         bar = _bar(sweep.name, len(cells), outcome.skipped, progress)
-        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen, allow_code_change,
-                   weights)
+        run = _Run(store, executor, outcome, bar, _Sink(on_result, store, outcome, bar), seen, weights,
+                   allow_code_change)
         try:
             run.sink.catch_up(cells)
             held = run.cells(pending)
@@ -230,8 +230,8 @@ class _Run:
     bar: Any
     sink: _Sink
     seen: dict[str, int]  # attempts recorded per cell when the run began
-    allow_code_change: bool = False  # record cells whose code differs from other done cells' (run_sweep)
-    weights: dict[str, str] = field(default_factory=dict)  # model reference -> the weights sha256 checked
+    weights: dict[str, str]  # model reference -> the weights sha256 this run checked (Store.check_model)
+    allow_code_change: bool  # record cells whose code differs from other done cells' (run_sweep)
 
     def cells(self, cells: list[Cell]) -> list[Cell]:
         """Run those of `cells` this run can claim; return the ones other live runs hold. Cells that are
@@ -275,8 +275,7 @@ class _Run:
             try:
                 self.store.record_done(cell.key, cell.config(), result.rows, result.started, result.finished,
                                        sink=name, code=result.code, allow_other_code=self.allow_code_change,
-                                       weights=(cell.model, self.weights[cell.model]) if cell.model in self.weights
-                                       else None)
+                                       weights=(cell.model, self.weights[cell.model]))
             except (CodeChanged, WeightsChanged) as e:  # another run's results, since this one checked the store
                 result = replace(result, rows=None, error=f"{type(e).__name__}: {e}")
             else:

@@ -194,14 +194,22 @@ def test_padded_rows_settle_their_own_tokens_as_they_would_alone(spec):
         for r, n in enumerate((a, b)):
             if n:
                 alone[r].layers[0].update(rows[r][i], rows[r][i].clone())
+    layer = _each_row_as_alone(batched, alone)
+    for r in range(2):
+        assert [p[r] for p in layer._qdrift_pending] == [p[0] for p in alone[r].layers[0]._qdrift_pending]
+    totals = [sum(n for n, _ in lengths), sum(n for _, n in lengths)]
+    assert all(layer._qdrift_pending[0][r] < totals[r] for r in range(2))  # some tokens did settle
+
+
+def _each_row_as_alone(batched, alone):
+    """Assert each row's real columns of the padded cache hold exactly what that row's own cache holds;
+    return the padded cache's layer."""
     layer = batched.layers[0]
     for r in range(2):
         cols = layer._qdrift_real[r].nonzero().squeeze(1)
         assert torch.equal(layer.keys[r][:, cols], alone[r].layers[0].keys[0])
         assert torch.equal(layer.values[r][:, cols], alone[r].layers[0].values[0])
-        assert [p[r] for p in layer._qdrift_pending] == [p[0] for p in alone[r].layers[0]._qdrift_pending]
-    totals = [sum(n for n, _ in lengths), sum(n for _, n in lengths)]
-    assert all(layer._qdrift_pending[0][r] < totals[r] for r in range(2))  # some tokens did settle
+    return layer
 
 
 @pytest.mark.parametrize("spec", ["w16-a16-kv:4@dyn-win3", "w16-a16-kv:4g4@dyn-win2", "w16-a16-kv:fp8e4m3@unit-win4"])
@@ -231,11 +239,7 @@ def test_decode_steps_after_padded_writes_settle_all_rows_in_one_run_as_each_wou
         for i in range(len(lengths)):
             if lengths[i][r]:
                 alone[r].layers[0].update(rows[r][i], rows[r][i].clone())
-    layer = batched.layers[0]
-    for r in range(2):
-        cols = layer._qdrift_real[r].nonzero().squeeze(1)
-        assert torch.equal(layer.keys[r][:, cols], alone[r].layers[0].keys[0])
-        assert torch.equal(layer.values[r][:, cols], alone[r].layers[0].values[0])
+    _each_row_as_alone(batched, alone)
     assert decoding and set(decoding) == {2}  # both rows in each run
 
 

@@ -2,6 +2,7 @@
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -339,24 +340,30 @@ def test_two_runs_sharing_a_store_split_its_cells_and_each_waits_for_the_other(t
         assert len(store.cells("done")) == 8 and store.interrupted() == set()
 
 
+@contextmanager
+def beside_a_run_holding(path, held):
+    """Another live run on the store at `path` holding the `held` cells (the store it runs through), and
+    a run of the whole grid started beside it: yields (that store, the new run's runner, its ThreadRun)."""
+    with Store(path) as other, other.running():
+        assert all(other.claim(cell.key) == "ours" for cell in held)
+        runner = CountingRunner()
+        waiting = ThreadRun(path, LocalExecutor(runner))
+        waiting.start()
+        yield other, runner, waiting
+
+
 @pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_run_dies(tmp_path):
     cells = unique_cells(parse_sweep(TEXT))
-    path = tmp_path / "r.sqlite"
-    with Store(path) as other:
-        with other.running():
-            assert other.claim(cells[0].key) == "ours" and other.claim(cells[1].key) == "ours"
-            runner = CountingRunner()
-            waiting = ThreadRun(path, LocalExecutor(runner))
-            waiting.start()
-            wait_until(lambda: len(runner.calls) == 2)
-            assert sorted(runner.calls) == sorted(c.label for c in cells[2:])  # the held two wait
-            other.record_done(cells[0].key, cells[0].config(), {"episode": []}, 0.0, 1.0,
-                              code=running_code())  # as a run of the same code records it
-            time.sleep(0.3)  # six polls
-            assert waiting.is_alive() and len(runner.calls) == 2  # the second is still held
-        # the holding run ends without recording its second cell (as a killed run would)
-        waiting.join(timeout=10)
+    with beside_a_run_holding(tmp_path / "r.sqlite", cells[:2]) as (other, runner, waiting):
+        wait_until(lambda: len(runner.calls) == 2)
+        assert sorted(runner.calls) == sorted(c.label for c in cells[2:])  # the held two wait
+        other.record_done(cells[0].key, cells[0].config(), {"episode": []}, 0.0, 1.0,
+                          code=running_code())  # as a run of the same code records it
+        time.sleep(0.3)  # six polls
+        assert waiting.is_alive() and len(runner.calls) == 2  # the second is still held
+    # the holding run ends without recording its second cell (as a killed run would)
+    waiting.join(timeout=10)
     assert not waiting.is_alive()
     assert runner.calls[-1] == cells[1].label and len(runner.calls) == 3
     assert waiting.outcome.done == 3 and waiting.outcome.elsewhere == 1
@@ -366,17 +373,11 @@ def test_a_run_waits_for_a_cell_another_run_holds_and_takes_it_over_when_that_ru
 @pytest.mark.skipif(not run_locks.supported(), reason="no flock on this platform")
 def test_a_cell_another_run_failed_meanwhile_is_reported_not_run_again(tmp_path):
     cells = unique_cells(parse_sweep(TEXT))
-    path = tmp_path / "r.sqlite"
-    with Store(path) as other:
-        with other.running():
-            other.claim(cells[0].key)
-            runner = CountingRunner()
-            waiting = ThreadRun(path, LocalExecutor(runner))
-            waiting.start()
-            wait_until(lambda: len(runner.calls) == 3)  # the others done: it waits for the held one
-            other.record_failed(cells[0].key, cells[0].config(), "RuntimeError: out of memory\n\nTraceback", time.time(),
-                                time.time())
-            waiting.join(timeout=10)
+    with beside_a_run_holding(tmp_path / "r.sqlite", cells[:1]) as (other, runner, waiting):
+        wait_until(lambda: len(runner.calls) == 3)  # the others done: it waits for the held one
+        other.record_failed(cells[0].key, cells[0].config(), "RuntimeError: out of memory\n\nTraceback", time.time(),
+                            time.time())
+        waiting.join(timeout=10)
     assert cells[0].label not in runner.calls and waiting.outcome.done == 3
     assert waiting.outcome.failed == [(cells[0].label,
                                        "(in another run sharing the store) RuntimeError: out of memory")]

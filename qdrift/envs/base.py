@@ -25,7 +25,7 @@ class StepResult:
     observation: str  # the tool result (or error message) shown to the agent
     correct: bool  # the call equals the oracle's call for this step
     valid: bool  # a known tool, with arguments that validate against its JSON schema
-    done: bool  # the episode is over (final answer given, or out of steps)
+    done: bool  # the environment ended the episode (e.g. its final answer); running out of turns is the runner's `max_steps` stop
     error: str | None = None  # why the call was rejected or wrong, for the records
 
 

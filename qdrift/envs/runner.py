@@ -48,7 +48,7 @@ class EpisodeRecord:
     success: bool
     steps: int
     first_error_step: int | None  # 0-based index of the first incorrect step, None if every step was right
-    stop_reason: str  # "done" (the environment ended it) | "max_steps" | "kv_integrity" (its cache pages failed the check)
+    stop_reason: str  # "done" (the environment ended it) | "max_steps" (out of turns) | "kv_integrity" (its cache pages failed the check)
 
     def row(self) -> dict:
         return asdict(self)
@@ -74,8 +74,10 @@ def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = 
 
     def finish(r: int, reason: str) -> None:
         env = envs[r]
+        # A turn generated over cache pages that failed the check is not judged: nothing after them
+        # can be trusted, the answer it may have given included.
         done[r] = EpisodeRecord(first_id + r, env.name, env.horizon, env.seed, trials[r],
-                                bool(env.success()) if reason == "done" else False,
+                                bool(env.success()) if reason != "kv_integrity" else False,
                                 taken[r], first_error[r], reason)
 
     active = list(range(len(envs)))
@@ -99,14 +101,14 @@ def run_episodes(policy, envs: list[Environment], *, trials: list[int] | None = 
             taken[r] += 1
             messages = convs[r][0]
             messages.append({"role": "assistant", "content": gen.text})
+            if gen.stop_reason == "kv_integrity":  # its cache can no longer be trusted: no later turn either
+                finish(r, "kv_integrity")
+                continue
             if result.done:
                 finish(r, "done")
                 continue
             if taken[r] >= env.max_steps:
                 finish(r, "max_steps")
-                continue
-            if gen.stop_reason == "kv_integrity":  # its cache can no longer be trusted: no later turn either
-                finish(r, "kv_integrity")
                 continue
             messages.append({"role": "tool", "name": call.name if call else "", "content": result.observation})
             policy.extend(r, messages, convs[r][1])  # a template that is not prefix-stable raises here

@@ -179,13 +179,17 @@ class ToolEnv:
         want = self.expected()
         checked, err = self._schemas.check(call)
         self.t += 1
+        # `done` in the result is the environment's own end (its final answer); running out of turns
+        # is the runner's stop (`max_steps`), so the records can tell the two apart. The instance
+        # still refuses steps past its cap.
         if checked is None:
             self.done = self.t >= self.max_steps
-            return StepResult(f"error: {err}{self.error_suffix()}", False, False, self.done, err)
+            return StepResult(f"error: {err}{self.error_suffix()}", False, False, False, err)
         correct = checked == want
         observation, finished = self.apply(checked)
+        finished = bool(finished)
         self.done = finished or self.t >= self.max_steps
-        return StepResult(observation, correct, True, self.done, None if correct else f"expected {call_text(want)}")
+        return StepResult(observation, correct, True, finished, None if correct else f"expected {call_text(want)}")
 
     def __repr__(self) -> str:
         knobs = "".join(f", {k}={v}" for k, v in self.settings.items())

@@ -69,8 +69,9 @@ def test_tokenizer_without_pad_token_is_refused():
         HFPolicy(tiny_model("llama"), tok, tool_prompt_for(tok))
 
 
-def test_a_row_whose_cache_pages_fail_the_check_ends_its_episode_and_the_others_run_as_without_it():
-    clean_eps, clean_steps = run_episodes(policy(paged_kv=True), envs(3, horizon=4))
+@pytest.mark.parametrize("horizon", [4, 1], ids=["mid-episode", "on-its-last-turn"])
+def test_a_row_whose_cache_pages_fail_the_check_ends_its_episode_and_the_others_run_as_without_it(horizon):
+    clean_eps, clean_steps = run_episodes(policy(paged_kv=True), envs(3, horizon=horizon))
     p = policy(paged_kv=True)
     respond, turns = p.respond, []
 
@@ -82,7 +83,7 @@ def test_a_row_whose_cache_pages_fail_the_check_ends_its_episode_and_the_others_
         return out
 
     p.respond = respond_then_corrupt
-    eps, steps = run_episodes(p, envs(3, horizon=4))
+    eps, steps = run_episodes(p, envs(3, horizon=horizon))  # horizon 1: two turns, the second its last
     assert eps[1].stop_reason == "kv_integrity" and not eps[1].success and eps[1].steps == 2
     bad = [s for s in steps if s.episode == 1][-1]
     assert bad.stop_reason == "kv_integrity" and "request 1" in bad.policy_error
@@ -126,3 +127,27 @@ def test_a_turn_with_no_call_is_not_valid_json_and_a_malformed_first_call_is_not
     assert not malformed.json_valid and not malformed.correct and malformed.call is None
     assert malformed.parse_error.startswith("invalid JSON in <tool_call>")
     assert good.json_valid and good.schema_valid and good.correct
+
+
+def test_stop_reason_tells_the_environments_end_from_running_out_of_turns():
+    def call(name, **args):
+        import json
+
+        return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+    env = make_environment("ledger", horizon=2, seed=1_000_000)
+    env.reset()
+    amounts = [env.oracle().arguments["amount"]]
+    env.step(env.oracle())
+    amounts.append(env.oracle().arguments["amount"])
+    applied = [call("apply", amount=a) for a in amounts]
+    cases = {  # turns -> (stop_reason, success)
+        "answered right": (applied + [call("finish", balance=env.start + sum(amounts))], ("done", True)),
+        "answered wrong": (applied + [call("finish", balance=-1)], ("done", False)),
+        "never answered": (applied + [call("apply", amount=1)], ("max_steps", False)),
+        "no call at all": (["nothing"] * 3, ("max_steps", False)),
+    }
+    for what, (turns, want) in cases.items():
+        (episode,), _ = run_episodes(Scripted(turns), [make_environment("ledger", horizon=2, seed=1_000_000)])
+        assert (episode.stop_reason, episode.success) == want, what
+        assert episode.steps == 3, what

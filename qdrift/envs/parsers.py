@@ -128,7 +128,7 @@ def _args_region(name: str, args: Any, where: str, key: str = "arguments") -> _R
         return _Region(ToolCall(name, args), None, True)
     if isinstance(args, str):  # a JSON string containing an object: decode once
         try:
-            decoded = json.loads(args)
+            decoded = _DECODER.decode(args)
         except Exception as exc:  # noqa: BLE001 - never raise on model output
             return _Region(None, f"{where}: \"{key}\" is a string that is not JSON ({_json_error('it', exc)})", False)
         if isinstance(decoded, dict):
@@ -161,7 +161,13 @@ def _safe(parse):
     return wrapper
 
 
-_DECODER = json.JSONDecoder()
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+# Python's decoder takes NaN / Infinity / -Infinity; a call holding one is not strict JSON, so it
+# is a parse error here like any other invalid JSON.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def _raw_decode(text: str, pos: int):

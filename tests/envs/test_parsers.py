@@ -165,6 +165,22 @@ def test_hermes_invalid_json():
     assert turn.calls == [W] and turn.error is not None and not turn.json_valid
 
 
+@pytest.mark.parametrize("parser", ALL, ids=lambda p: f"{p.name}-{getattr(p, 'style', '')}")
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(parser, constant):
+    # Python's json reads these; RFC 8259 has none of them, so a call holding one is invalid JSON.
+    text = parser.render(ToolCall("f", {"x": 1.5})).replace("1.5", constant)
+    assert constant in text
+    turn = parser.parse(text)
+    assert turn.calls == [] and not turn.json_valid
+    assert f"{constant} is not JSON" in turn.error
+
+
+def test_nan_inside_string_encoded_arguments_is_not_json():
+    turn = H.parse('<tool_call>\n{"name": "f", "arguments": "{\\"x\\": NaN}"}\n</tool_call>')
+    assert turn.calls == [] and not turn.json_valid and "NaN is not JSON" in turn.error
+
+
 def test_hermes_arguments_as_json_string_decoded_once():
     text = '<tool_call>\n{"name": "get_current_temperature", "arguments": "{\\"location\\": \\"San Francisco, CA, USA\\", \\"unit\\": \\"celsius\\"}"}\n</tool_call>'
     turn = H.parse(text)

@@ -1,8 +1,10 @@
 """Find the weight-carrying modules of a causal LM and select the ones a spec quantizes.
 
 Default selection is every decoder Linear (nn.Linear, GPT-2's Conv1D, fused MoE expert banks);
-the output head, embeddings and MoE routers are candidates too but only when a pattern names them,
-since serving stacks keep them in high precision.
+the output head, embeddings and MoE routers are candidates too but only when a pattern names them
+and nothing else, since serving stacks keep them in high precision: `-only:model.layers.*` or
+`-only:*.mlp.*` means the decoder Linears they reach (a MoE model's routers stay as they are),
+while `-only:lm_head` or `-only:*.mlp.gate` takes the head or the routers.
 """
 
 from __future__ import annotations
@@ -120,7 +122,9 @@ def select(model: nn.Module, spec: QuantSpec) -> list[Target]:
             hits = [t for t in cands if fnmatch.fnmatchcase(t.name, pattern)]
             if not hits:
                 raise ValueError(_no_match("include", pattern, names))
-            chosen += [t for t in hits if t not in chosen]
+            # A glob that also reaches decoder Linears means those; it takes the head, embeddings
+            # or routers only when it names nothing else (module docstring).
+            chosen += [t for t in ([t for t in hits if t.default] or hits) if t not in chosen]
     else:
         chosen = [t for t in cands if t.default]
     for pattern in spec.exclude:

@@ -27,6 +27,8 @@ Grammar of the canonical string (every part separated by '-'):
                             -- static scales are absmax); ~sr7 stochastic rounding with seed 7
     source    := "unit" | "static" | "dyn"              -- unit: scale 1, fp8 at tensor granularity only
     globs     := glob ("," glob)*                     -- fnmatch globs on module names, no '-' or ','
+                            -- (-only: takes the head, embeddings or MoE routers only through a
+                            -- glob that matches nothing else: qdrift.quant.select)
     INT       := [0-9]+
     NUMBER    := [0-9]+ ("." [0-9]+)?                 -- 0 < NUMBER <= 100
 

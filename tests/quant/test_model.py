@@ -82,6 +82,20 @@ def test_default_selection_skips_head_embeddings_and_routers():
     assert "model.layers.0.mlp.experts" in names and "model.layers.0.self_attn.q_proj" in names
 
 
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
+def test_a_glob_reaching_decoder_linears_leaves_routers_and_the_head_as_the_default_does(arch):
+    def chosen(spec):
+        model = qdrift.quantize(tiny_model(arch), spec)
+        return {t.name: t.kind for t in model._qdrift_state.targets}
+
+    default = chosen("w8-a8-kv:16")
+    for glob in ("model.layers.*", "*", "*.mlp.*,*.self_attn.*"):
+        assert chosen(f"w8-a8-kv:16-only:{glob}") == default, glob
+    routers = chosen("w8-a16-kv:16-only:*.mlp.gate")  # a glob naming only routers takes them
+    assert routers and set(routers.values()) == {"router"}
+    assert set(chosen("w8-a16-kv:16-only:lm_head,*.mlp.gate").values()) == {"router", "linear"}
+
+
 def test_weight_error_shrinks_with_more_bits():
     errs = {}
     for bits in (8, 4, 2):

@@ -218,12 +218,15 @@ class HermesParser:
                 k = jend
                 while k < len(text) and text[k] in " \t\r\n":
                     k += 1
-                if text.startswith(self._CLOSE, k) or k == len(text):
+                # The output may end after the JSON, or inside the closing tag (cut by max_new_tokens
+                # where the tag is several tokens): an unterminated call, accepted as at the very end.
+                cut = self._CLOSE.startswith(text[k:])
+                if text.startswith(self._CLOSE, k) or cut:
                     regions.append(_call_from_obj(obj, "<tool_call>"))
-                    pos = k + len(self._CLOSE) if k < len(text) else k
-                    if k == len(text):
+                    if cut:
                         content.append("")
                         break
+                    pos = k + len(self._CLOSE)
                     continue
             end = text.find(self._CLOSE, body_start)
             again = text.find(self._OPEN, body_start)

@@ -139,6 +139,11 @@ def test_hermes_unterminated_complete_json_is_accepted():
     # generation stopped on the "</tool_call>" stop string, which was not returned
     ok(H.parse(Q_ONE[: -len("</tool_call>")]), [W])
     ok(H.parse(Q_ONE[: -len("\n</tool_call>")]), [W])
+    # cut inside the closing tag (max_new_tokens, where the tag is several tokens)
+    for cut in ("_call>", "call>", "l>", ">"):
+        ok(H.parse(Q_ONE[: -len(cut)]), [W])
+    turn = H.parse(Q_ONE[: -len("</tool_call>")] + "</toolbox>")  # not the tag: extra data, as before
+    assert turn.calls == [] and "extra data" in turn.error
 
 
 def test_hermes_truncated():

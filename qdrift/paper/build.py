@@ -126,6 +126,15 @@ def mde_rows(extra: dict[str, int]) -> str:
                      "power of a ±1 point equivalence claim (10% discordant)"], table)
 
 
+def equivalence_support(margin: float = 0.01, discordance: float = 0.10, power: float = 0.8) -> tuple[list, list]:
+    """(benchmarks large enough for a ±margin equivalence claim with `power`, the ones that are not),
+    at `discordance` items discordant and a true difference of 0: what the MDE table says in words."""
+    from qdrift.stats.power import BENCHMARKS, power_equivalence
+
+    able = [name for name, n in BENCHMARKS.items() if power_equivalence(n, margin, discordance) >= power]
+    return able, [name for name in BENCHMARKS if name not in able]
+
+
 def capacity_numbers() -> dict[str, float]:
     """The published serving figures recomputed by qdrift.capacity (assumptions in its tests)."""
     from qdrift.capacity import (
@@ -235,6 +244,7 @@ def build_paper(root: str | Path, run: bool = True, progress: bool = True, allow
         "specs_table": spec_rows(cfg),
         "mde_table": mde_rows,
         "mde": lambda n, disc: 100 * mde_paired(n, disc),
+        "equivalence_support": equivalence_support(),
         "capacity": capacity_numbers(),
         "built": time.strftime("%Y-%m-%d"),
         "held_out_from": TRAIN_SEEDS_BELOW,

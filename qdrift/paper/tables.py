@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BASELINE = "baseline"
+KL_SLOPE = "KL slope (nats per 100 steps)"  # the drift-trend row every slope here is read from
 ITEM_COLS = ["env", "horizon", "seed", "trial"]
 
 
@@ -243,9 +244,13 @@ class ModelResults:
                 for k in ("json_valid", "schema_valid", "correct")}
 
     def short_form_blind(self, task: str, env: str, margin: float = 0.01, drop: float = 0.2) -> list[dict]:
-        """Variants whose short-form accuracy stays within `margin` of the baseline's while their share
-        of schema-valid tool calls on `env` falls by at least `drop`. KV-only specs are left out: a
-        loglikelihood-scored task runs without a cache, so they cannot move it."""
+        """Variants that pass a provider's "within `margin`" check on short-form accuracy (the point
+        estimate) while their share of schema-valid tool calls on `env` falls by at least `drop`.
+
+        Each carries the difference's 95% interval and whether it lies inside ±margin (`equivalent`):
+        a point estimate within the margin is what such claims rest on, not evidence of equivalence,
+        and the paper says which one it has. KV-only specs are left out: a loglikelihood-scored task
+        runs without a cache, so they cannot move it."""
         base_acc, v0 = self.accuracy(task, BASELINE)[0], self.validity(env, BASELINE)
         out = []
         for v in self.variants():
@@ -254,9 +259,18 @@ class ModelResults:
             if not n or kv_only(v) or math.isnan(vv["schema_valid"]):
                 continue
             if abs(acc - base_acc) <= margin + 1e-12 and v0["schema_valid"] - vv["schema_valid"] >= drop:
-                out.append({"config": v, "diff": acc - base_acc, "base": v0, "variant": vv,
+                lo, hi = self.accuracy_difference_ci(task, v)
+                out.append({"config": v, "diff": acc - base_acc, "ci": (lo, hi), "reach": max(abs(lo), abs(hi)), "n": n,
+                            "equivalent": -margin < lo and hi < margin, "base": v0, "variant": vv,
                             "drop": v0["schema_valid"] - vv["schema_valid"]})
         return out
+
+    def accuracy_difference_ci(self, task: str, variant: str) -> tuple[float, float]:
+        """The 95% interval of the paired accuracy difference (variant - baseline); nan where not computed."""
+        res, _ = self.short_form(task, variant)
+        rows = [r for r in (res.rows if res is not None else [])
+                if r["quantity"] in ("accuracy difference (CLT)", "difference (CLT)")]
+        return (rows[0]["ci_low"], rows[0]["ci_high"]) if rows else (math.nan, math.nan)
 
     def validity_table(self, env: str) -> str:
         """Over all scored steps per config: calls that parse as JSON, that validate against the tool's
@@ -304,36 +318,96 @@ class ModelResults:
         late = [float(r[key]) for r in rows if int(r["step"]) > horizon - cut]
         return (sum(early) / len(early) if early else float("nan")), (sum(late) / len(late) if late else float("nan"))
 
-    def growing_drift(self, env: str, alpha: float = 0.05) -> list[str]:
-        """Variants whose teacher-forced KL grows along the trajectory at one-sided p < alpha."""
-        out = []
+    def drift_horizons(self, env: str) -> list[int]:
+        """The horizons whose episodes have a trajectory to slope along (L > 1)."""
+        return [h for h in self.horizons(env) if h > 1]
+
+    def drift_trend_at(self, env: str, variant: str, horizon: int):
+        """The KL slope within the episodes of one horizon only."""
+        from qdrift import stats
+
+        rows = [r for r in self.drift_rows(env, variant) if int(r["horizon"]) == horizon]
+        return self._memo(("trend", env, variant, horizon), lambda: stats.drift_trend(rows))
+
+    def drift_growth(self, env: str) -> dict[str, tuple[float, float]]:
+        """Variant -> (one-sided p that its KL grows with the step, pooled over horizons; the same
+        Holm-adjusted over every variant tested), for the variants whose slope was computed."""
+        from qdrift import stats
+
+        ps = {}
         for v in self.drift_variants(env):
             res, _ = self.drift_trend(env, v)
-            if res is not None and _below(res.row(quantity="KL slope (nats per 100 steps)")["p_growth"], alpha):
-                out.append(v)
-        return out
+            p = res.row(quantity=KL_SLOPE)["p_growth"] if res is not None else None
+            if p is not None:
+                ps[v] = p
+        if not ps:
+            return {}
+        return {r["name"]: (r["p_raw"], r["p_adjusted"]) for r in stats.adjust(ps, "holm").rows}
+
+    def growing_drift(self, env: str, alpha: float = 0.05, adjusted: bool = True) -> list[str]:
+        """Variants whose teacher-forced KL grows along the trajectory at one-sided p < alpha, by
+        default after Holm's adjustment over the variants tested (one test each)."""
+        growth = self.drift_growth(env)
+        return [v for v in self.drift_variants(env) if v in growth and _below(growth[v][1 if adjusted else 0], alpha)]
+
+    def drift_directions(self, env: str, variants: list[str], alpha: float = 0.05) -> tuple[dict, dict]:
+        """({horizon: variants whose KL grows within that horizon's episodes}, {horizon: variants whose
+        KL declines there}), each one-sided at alpha, unadjusted: where a pooled slope comes from.
+        Horizons above 1 only, as in `drift_by_horizon_table`: an L = 1 episode is one call and the
+        answer, no trajectory to grow along."""
+        grows, declines = defaultdict(list), defaultdict(list)
+        for h in self.drift_horizons(env):
+            for v in variants:
+                res, _ = self.drift_trend_at(env, v, h)
+                row = res.row(quantity=KL_SLOPE) if res is not None else {}
+                p = row.get("p_growth")
+                if _below(p, alpha):
+                    grows[h].append(v)
+                elif p is not None and _below(1 - p, alpha):
+                    declines[h].append(v)
+        return dict(grows), dict(declines)
+
+    def drift_by_horizon_table(self, env: str) -> str:
+        """The KL slope within the episodes of each horizon, per variant: slope [95% CI], one-sided p (grows)."""
+        hs = self.drift_horizons(env)
+        rows = []
+        for v in self.drift_variants(env):
+            cells = []
+            for h in hs:
+                res, err = self.drift_trend_at(env, v, h)
+                t = res.row(quantity=KL_SLOPE) if res is not None else None
+                if t is None or t["p_growth"] is None:
+                    cells.append(f"not computed: {err}" if res is None else "–")
+                else:
+                    cells.append(f"{sci(t['estimate'])} [{sci(t['ci_low'])}, {sci(t['ci_high'])}], p = {fmt(t['p_growth'])}")
+            rows.append([self.label(v), *cells])
+        return md_table(["variant"] + [f"L = {h}" for h in hs], rows)
 
     def drift_table(self, env: str, horizon: int) -> str:
+        growth = self.drift_growth(env)
         rows = []
         for v in self.drift_variants(env):
             summary, err = self.drift_summary(env, v)
             trend, terr = self.drift_trend(env, v)
             if summary is None:
-                rows.append([self.label(v), "–", f"not computed: {err}", "", "", "", "", ""])
+                rows.append([self.label(v), "–", f"not computed: {err}", "", "", "", "", "", ""])
                 continue
             kl = summary.row(quantity="mean KL")
             flips = sum(not r["top1_agree"] for r in self.drift.get(env, []) if r["config"] == v)
             early, late = self.drift_ends(env, v, horizon)
+            held = growth.get(v)
             if trend is None:
-                slope, p = f"not computed: {terr}", "–"
+                slope, p, p_holm = f"not computed: {terr}", "–", "–"
             else:
-                t = trend.row(quantity="KL slope (nats per 100 steps)")
+                t = trend.row(quantity=KL_SLOPE)
                 slope, p = f"{sci(t['estimate'])} [{sci(t['ci_low'])}, {sci(t['ci_high'])}]", fmt(t["p_growth"])
+                p_holm = fmt(held[1]) if held else "–"
             rows.append([self.label(v), f"{summary.n['tokens']:,}",
                          f"{sci(kl['estimate'])} [{sci(kl['ci_low'])}, {sci(kl['ci_high'])}]", flips, sci(early),
-                         sci(late), slope, p])
+                         sci(late), slope, p, p_holm])
         return md_table(["variant", "tokens", "mean KL [95% CI]", "top-1 flips", f"mean KL, first tenth (L = {horizon})",
-                         f"last tenth (L = {horizon})", "KL slope per 100 steps [95% CI]", "p (one-sided, grows)"], rows)
+                         f"last tenth (L = {horizon})", "KL slope per 100 steps [95% CI]", "p (one-sided, grows)",
+                         "p, Holm over the variants"], rows)
 
     @staticmethod
     def _frac(k: int, n: int) -> str:

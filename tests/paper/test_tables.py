@@ -112,3 +112,50 @@ def test_a_model_in_two_sweeps_keeps_both_sweeps_tasks_and_refuses_a_task_in_bot
     c.episodes["ledger"] = episodes("baseline", {})
     with pytest.raises(ValueError, match="episodes rows for ledger in two sweeps .a.yaml and b.yaml"):
         a.merge(c, "a.yaml and b.yaml")
+
+
+def drift(config: str, horizon: int, slope: float, seeds: int = 8) -> list[dict]:
+    """Teacher-forced drift rows whose KL moves by `slope` a step within each episode, plus noise."""
+    import random
+
+    rng = random.Random(f"{config}/{horizon}")
+    return [{"config": config, "horizon": horizon, "seed": s, "step": t, "kl": 1e-3 + slope * t + rng.gauss(0, 2e-5),
+             "top1_agree": True, "base_logprob": -0.01, "var_logprob": -0.01}
+            for s in range(seeds) for t in range(horizon + 1)]
+
+
+def test_drift_growth_is_holm_adjusted_over_the_variants_and_split_by_horizon():
+    configs = ["baseline", "w8-a16-kv:16", "w4g128-a16-kv:16", "w3g128-a16-kv:16"]
+    res = ModelResults("m", {})
+    res.episodes["pointer_chase"] = [r for c in configs for h in (1, 8, 32) for r in episodes(c, {}, horizon=h)]
+    slopes = {"w8-a16-kv:16": (0.0, 0.0), "w4g128-a16-kv:16": (-2e-5, 2e-6), "w3g128-a16-kv:16": (0.0, 1e-6)}
+    res.drift["pointer_chase"] = [r for c, (s8, s32) in slopes.items()
+                                  for r in drift(c, 1, 0.0) + drift(c, 8, s8) + drift(c, 32, s32)]
+    growth = res.drift_growth("pointer_chase")
+    raw = {v: p for v, (p, _) in growth.items()}
+    # Holm by hand: the i-th smallest of m p-values times (m - i), made monotone, capped at 1.
+    order, m, running = sorted(raw, key=raw.get), len(raw), 0.0
+    for i, v in enumerate(order):
+        running = max(running, min(1.0, (m - i) * raw[v]))
+        assert growth[v][1] == pytest.approx(running), v
+    assert res.growing_drift("pointer_chase") == [v for v in order if growth[v][1] < 0.05 and v in slopes]
+    grows, declines = res.drift_directions("pointer_chase", list(slopes))
+    assert 1 not in grows and 1 not in declines  # one call and the answer: no trajectory to slope along
+    assert grows == {32: ["w4g128-a16-kv:16", "w3g128-a16-kv:16"]}
+    assert declines == {8: ["w4g128-a16-kv:16"]}
+    table = res.drift_by_horizon_table("pointer_chase")
+    assert table.splitlines()[0] == "| variant | L = 8 | L = 32 |"
+
+
+def test_a_point_estimate_within_the_margin_is_not_called_equivalent_unless_its_interval_is():
+    res = ModelResults("m", {})
+    res.steps["pointer_chase"] = steps("baseline", 10, 6, 4) + steps("w4g64-a16-kv:16", 2, 1, 1)
+    # One discordant item in 100: the paired differences are a single 1 among 99 zeros.
+    res.items["mmlu"] = items("baseline", 30) + items("w4g64-a16-kv:16", 31)
+    (b,) = res.short_form_blind("mmlu", "pointer_chase")
+    d = [1.0] + [0.0] * 99
+    mean = sum(d) / 100
+    se = (sum((x - mean) ** 2 for x in d) / 99 / 100) ** 0.5
+    assert b["ci"][0] < mean - 1.9 * se and b["ci"][1] > mean + 1.9 * se  # at least a normal 95% interval
+    assert b["ci"][0] < 0 < 0.01 < b["ci"][1] and not b["equivalent"] and b["n"] == 100
+    assert b["reach"] == pytest.approx(max(-b["ci"][0], b["ci"][1]))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 from statsmodels.stats.proportion import proportion_confint
+from statsmodels.stats.rates import confint_poisson
 
 from qdrift.stats.paired import cluster_se
 from qdrift.stats.result import Result
@@ -354,8 +355,9 @@ def step_error_ratio(rows, config_col: str = "config", baseline: str | None = No
     p is the geometric MLE (the constant-hazard model's estimate). The intervals come from a
     Poisson GLM of errors on config with log(steps at risk) as offset and cluster-robust errors: the
     same point estimates, with a variance that allows instances to differ. A config with no errors
-    gets p = 0 and an exact (Clopper-Pearson) bound, and ratios involving it the exact conditional
-    binomial interval; those are not cluster-robust (noted).
+    gets p = 0 and an exact (Clopper-Pearson) bound, one whose errors all fall in one cluster the
+    exact Poisson interval, and ratios involving either the exact conditional binomial interval;
+    those are not cluster-robust (noted).
     """
     df = episode_frame(rows, config_col, required=("steps", "first_error_step", *_cluster_cols(cluster)))
     base, notes = default_baseline(df, config_col, baseline)
@@ -383,12 +385,20 @@ def step_error_ratio(rows, config_col: str = "config", baseline: str | None = No
                      exposure=r_gc[rows_g, cols]).fit(cov_type="cluster", cov_kwds={"groups": rows_g})
         params = {fit_cfg[j]: float(res.params[j]) for j in range(len(fit_cfg))}
         cov = np.asarray(res.cov_params())
+    # A sandwich variance needs errors in at least two clusters: from one (a single error, say) it is
+    # that cluster's own residual, no estimate of spread at all. Such configs get the exact Poisson
+    # interval, and ratios involving them the exact conditional one (both noted, not cluster-robust).
+    robust = {i for i in params if (e_gc[:, i] > 0).sum() >= 2}
     out = []
     for i, c in enumerate(configs):
         p = e_c[i] / r_c[i]
-        if i in params:
+        if i in robust:
             se = math.sqrt(cov[fit_cfg.index(i), fit_cfg.index(i)])
             ci = (math.exp(params[i] - z * se), math.exp(params[i] + z * se))
+        elif i in params:
+            ci = tuple(float(x) for x in confint_poisson(int(e_c[i]), float(r_c[i]), method="exact-c", alpha=alpha))
+            notes.append(f"{c}: its {int(e_c[i])} error(s) fall in one cluster, too few for a cluster-robust "
+                         "variance; exact Poisson interval instead (not cluster-robust)")
         else:
             ci = (0.0, float(proportion_confint(0, int(r_c[i]), alpha=alpha, method="beta")[1]))
             notes.append(f"{c}: no errors in {int(r_c[i])} steps at risk; p = 0 with an exact upper bound")
@@ -399,7 +409,7 @@ def step_error_ratio(rows, config_col: str = "config", baseline: str | None = No
         if i == b:
             continue
         var = None
-        if i in params and b in params:
+        if i in robust and b in robust:
             ji, jb = fit_cfg.index(i), fit_cfg.index(b)
             var = cov[ji, ji] + cov[jb, jb] - 2 * cov[ji, jb]
         if var is not None and var > 1e-12 * (cov[ji, ji] + cov[jb, jb]):
@@ -412,6 +422,10 @@ def step_error_ratio(rows, config_col: str = "config", baseline: str | None = No
             est, ci = _exact_ratio(e_c[i], r_c[i], e_c[b], r_c[b], alpha)
             notes.append(f"{c}/{base}: the same errors in the same clusters, so the cluster-robust variance of "
                          "the ratio is 0; exact conditional binomial interval instead (not cluster-robust)")
+        elif i in params and b in params:
+            est, ci = _exact_ratio(e_c[i], r_c[i], e_c[b], r_c[b], alpha)
+            notes.append(f"{c}/{base}: a config's errors fall in one cluster; exact conditional binomial "
+                         "interval (not cluster-robust)")
         else:
             est, ci = _exact_ratio(e_c[i], r_c[i], e_c[b], r_c[b], alpha)
             notes.append(f"{c}/{base}: a config has no errors; ratio {est} with the exact conditional "

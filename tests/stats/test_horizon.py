@@ -144,6 +144,25 @@ def test_step_error_ratio_zero_errors_uses_exact_interval():
     assert any("exact" in n for n in res.notes)
 
 
+def test_errors_in_a_single_cluster_get_the_exact_poisson_interval_not_a_sandwich_of_one():
+    from scipy.stats import chi2
+
+    df = geometric(np.random.default_rng(12), {"baseline": 0.02, "w4g128": 1e-12}, seeds=20)
+    one = df.index[(df["config"] == "w4g128") & (df["seed"] == 3)][0]
+    df.loc[one, ["success", "first_error_step"]] = [False, 2]  # one error, in seed 3
+    res = step_error_ratio(df)
+    p = res.row(quantity="p_step", config="w4g128")
+    r = p["steps_at_risk"]
+    assert p["errors"] == 1
+    # Garwood's exact interval for one Poisson count, written out with chi-square quantiles.
+    assert p["ci"] == pytest.approx((chi2.ppf(0.025, 2) / 2 / r, chi2.ppf(0.975, 4) / 2 / r))
+    ratio = res.row(quantity="p_step ratio")
+    e0, r0 = res.row(quantity="p_step", config="baseline")["errors"], res.row(quantity="p_step", config="baseline")["steps_at_risk"]
+    lo, hi = stats_beta_ci(1, 1 + e0)  # exact conditional: 1 of the 1 + e0 errors is the variant's
+    assert ratio["ci"] == pytest.approx((lo / (1 - lo) * r0 / r, hi / (1 - hi) * r0 / r))
+    assert any("fall in one cluster" in n for n in res.notes)
+
+
 def test_step_error_ratio_of_identical_configs_is_one_with_an_exact_interval_not_zero_width():
     df = geometric(np.random.default_rng(11), {"baseline": 0.02}, seeds=20)
     twin = df.assign(config="w8")  # the same first errors in the same seeds

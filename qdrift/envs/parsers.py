@@ -185,6 +185,7 @@ class HermesParser:
 
     name = "hermes"
     opening = "<tool_call>\n"
+    call_marker = "<tool_call>"  # where call markup starts: the text before it is the turn's content
     stop_strings = ("</tool_call>",)
     _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
     _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -360,6 +361,7 @@ class MistralParser:
     name = "mistral"
     stop_strings = ("</s>",)
     _TAG = "[TOOL_CALLS]"
+    call_marker = _TAG  # where call markup starts: the text before it is the turn's content
 
     def __init__(self, style: str = "list"):
         if style not in ("list", "args"):

@@ -261,13 +261,38 @@ class ToolPrompt:
                     f"{first}; with the system text folded into the first user turn: {second}"
                 ) from second
 
+    def content_separator(self, tokenizer) -> str | None:
+        """What the native template writes between an assistant message's content and its first tool
+        call ('' for the organism's, '\n' for Qwen2.5's), found by rendering a probe message; None
+        where it cannot be told (prompted mode, a format without a literal call marker, a template
+        that refuses the probe or does not write both). A server returns a turn's content so that
+        this separator restores what the model wrote between the two (qdrift.serve)."""
+        marker = getattr(self.parser, "call_marker", None)
+        if self.mode != "native" or marker is None:
+            return None
+        probe = "qdrift-content-probe"
+        call = {"type": "function", "id": "qdrift001", "function": {"name": "probe", "arguments": {}}}
+        messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": probe, "tool_calls": [call]}]
+        tools = [{"type": "function", "function": {"name": "probe", "description": "p",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+        try:
+            text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that refuses the probe: the separator is unknown
+            return None
+        start = text.find(probe)
+        end = text.find(marker, start) if start >= 0 else -1
+        return text[start + len(probe):end] if end >= 0 else None
+
     def _native_messages(self, messages: list[dict]) -> list[dict]:
         out = []
         for m in messages:
             if m.get("role") == "assistant" and m.get("tool_calls"):
                 m = dict(m)
                 raw = m.get("content") or ""
-                m["content"] = self.parser.parse(raw).content if raw else raw
+                parsed = self.parser.parse(raw) if raw else None
+                # Raw text with its call markup keeps only the text outside it; content that holds no
+                # markup (the OpenAI shape: the calls are in tool_calls) goes to the template as given.
+                m["content"] = parsed.content if parsed is not None and (parsed.calls or parsed.error) else raw
                 calls = []
                 for tc in m["tool_calls"]:
                     tc = dict(tc)

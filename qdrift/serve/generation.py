@@ -119,6 +119,7 @@ class ServedModel:
             raise ValueError(f"{name}: neither the tokenizer nor the generation config names an end token")
         self.context = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.device = next(model.parameters()).device
+        self.content_separator = prompt.content_separator(tokenizer)
 
     @property
     def fingerprint(self) -> str:
@@ -240,7 +241,7 @@ class ServedModel:
             # do: the harness sees exactly what the model wrote and scores it as a malformed call.
             if parsed.calls and parsed.error is None:
                 calls = list(parsed.calls)
-                content = parsed.content or None
+                content = _content_before_calls(text, parsed, turn.prompt.parser, self.content_separator)
         finish = "length" if reason == "length" else ("tool_calls" if calls else "stop")
         return Turn(text=text, content=content, calls=calls, call_ids=[_call_id() for _ in calls],
                     finish_reason=finish, prompt_tokens=len(turn.ids), tokens=list(tokens), parse_error=error)
@@ -251,3 +252,20 @@ class ServedModel:
         cut, hit = _cut_at_stop(text, turn.sampling.stop)
         safe = cut if hit else cut[: len(cut) - _held_back(cut, turn.sampling.stop)]
         return safe[len(emitted):] if safe.startswith(emitted) else ""
+
+
+def _content_before_calls(text: str, parsed, parser, separator: str | None) -> str | None:
+    """The content of a turn with calls, such that the chat template, which writes `separator`
+    between content and calls, renders back what the model wrote: the text before the call markup
+    minus that separator (the organism's template writes none, so the content keeps the model's
+    newline; Qwen2.5's writes one). The parser's stripped content where that cannot be matched
+    (text after the calls too, a separator the model did not write, an unknown one); None when empty."""
+    marker = getattr(parser, "call_marker", None)
+    at = text.find(marker) if marker else -1
+    if not parsed.content:
+        return None
+    if at >= 0 and separator is not None and text[:at].endswith(separator):
+        lead = text[:at - len(separator)] if separator else text[:at]
+        if lead.strip() == parsed.content:
+            return lead
+    return parsed.content

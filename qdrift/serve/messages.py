@@ -55,7 +55,8 @@ def prompt_messages(request: ChatCompletionRequest, prompt: ToolPrompt) -> list[
             if calls and prompt.mode == "prompted":
                 rendered = "\n".join(prompt.parser.render(ToolCall(c["function"]["name"], c["function"]["arguments"]))
                                      for c in calls)
-                text = f"{text}\n{rendered}" if text else rendered
+                # content as the server returned it ends where the call began (its newline kept)
+                text = (text if text.endswith("\n") else f"{text}\n") + rendered if text else rendered
             msg = {"role": "assistant", "content": text}
             if calls:
                 msg["tool_calls"] = calls

@@ -265,3 +265,23 @@ def test_logprob_bytes_are_the_tokens_own_bytes_or_null():
             return "<unk>"
 
     assert _token_bytes(Words(), 3, "\ufffd") is None
+
+
+def test_episodes_through_the_server_write_what_local_episodes_write_where_calls_follow_a_content_line(server):
+    # dict_sum: the organism writes its working on a line, then the call. The server returns that line
+    # as the content and the call as tool_calls; sent back, the template must re-render the very text
+    # the model wrote, newline included, or the endpoint's episodes drift from the local ones.
+    from qdrift.backends.endpoint_policy import EndpointPolicy
+    from qdrift.backends.openai_client import OpenAIEndpoint
+    from qdrift.envs.runner import run_episodes
+
+    def batch():
+        return [make_environment("dict_sum", horizon=3, seed=SEED + i, vmax=1, keyspace=1000) for i in range(2)]
+
+    served = server.served
+    _, local = run_episodes(HFPolicy(served.model, served.tokenizer, served.prompt, max_new_tokens=64), batch())
+    assert all("\n<tool_call>" in s.raw and not s.raw.startswith("<tool_call>") for s in local)
+    endpoint = OpenAIEndpoint(server.url, "organism", api_key_env=None, timeout_s=60)
+    _, remote = run_episodes(EndpointPolicy(endpoint, max_tokens=64, logprobs=True), batch())
+    assert [s.raw for s in remote] == [s.raw for s in local]
+    assert [s.logprob for s in remote] == pytest.approx([s.logprob for s in local], abs=1e-4)

@@ -25,6 +25,7 @@ the whole resent conversation, since what a server caches between requests is no
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +78,15 @@ def assistant_text(message: dict) -> str:
     return "\n".join(parts)
 
 
+def request_seed(policy_seed: int, episode_seed: int, turn: int) -> int:
+    """The `seed` of one turn's request: a server draws each request from a fresh generator seeded
+    with it, so one seed for every turn of an episode would replay the same random stream at each
+    turn and correlate the turns' samples (a local sampler's stream runs on across turns instead).
+    A hash of the three, below 2**31 so that servers taking 32-bit seeds accept it."""
+    digest = hashlib.sha256(f"{policy_seed}/{episode_seed}/{turn}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**31
+
+
 def _logprob(choice: dict) -> float:
     content = (choice.get("logprobs") or {}).get("content")
     if not content:
@@ -119,7 +129,7 @@ class EndpointPolicy:
 
     def start(self, conversations: list[tuple[list[dict], list[dict]]], episode_seeds: list[int],
               policy_seeds: list[int] | None = None) -> None:
-        """Begin a batch; row r's requests carry seed (policy seed) * 1_000_003 + (episode seed)."""
+        """Begin a batch; row r's request at turn t carries `request_seed(policy seed, episode seed, t)`."""
         if policy_seeds is not None and len(policy_seeds) != len(conversations):
             raise ValueError(f"got {len(policy_seeds)} policy seeds for {len(conversations)} conversations")
         n = len(conversations)
@@ -129,7 +139,7 @@ class EndpointPolicy:
         self._turn = [0] * n
         self._episode_seeds = list(episode_seeds)
         bases = policy_seeds if policy_seeds is not None else [self.seed] * n
-        self._seeds = [b * 1_000_003 + s for b, s in zip(bases, episode_seeds, strict=True)]
+        self._bases = list(bases)
         self._failed: list[str | None] = [None] * n
         for r, (messages, _) in enumerate(conversations):
             self._wire[r] = [{k: v for k, v in m.items() if k in _WIRE_KEYS} for m in messages]
@@ -157,7 +167,7 @@ class EndpointPolicy:
 
     def _body(self, row: int) -> dict:
         body = {"messages": [dict(m) for m in self._wire[row]], "temperature": self.temperature,
-                "seed": self._seeds[row]}
+                "seed": request_seed(self._bases[row], self._episode_seeds[row], self._turn[row])}
         if self._tools[row]:
             body["tools"] = self._tools[row]
         if self.max_tokens is not None:

@@ -181,3 +181,22 @@ def test_a_reply_of_the_wrong_shape_is_a_failed_step_not_a_crash(message):
     assert len(firsts) == 2 and all(s.policy_error.startswith("bad_response: the reply is not a chat completion")
                                     for s in firsts)
     assert all(s.policy_error for s in steps) and [e.success for e in episodes] == [False, False]
+
+
+def test_each_turn_of_an_episode_sends_its_own_seed_and_reruns_send_the_same():
+    # A server seeds a fresh generator per request: one seed for every turn would replay one random
+    # stream at each turn of the episode.
+    def seeds(policy_seed, trials=None):
+        batch = envs(n=2, horizon=4)
+        ep = OracleEndpoint(batch)
+        run_episodes(EndpointPolicy(ep, temperature=1.0, seed=policy_seed), batch, trials=trials)
+        return {rid: body["seed"] for rid, body in ep.bodies.items()}
+
+    first = seeds(0)
+    per_row = {}
+    for rid, seed in first.items():
+        per_row.setdefault(rid.split("-")[0], []).append(seed)
+        assert 0 <= seed < 2**31, "a 32-bit seed, which every server takes"
+    assert all(len(set(s)) == len(s) == 5 for s in per_row.values()), per_row
+    assert len(set(first.values())) == len(first), "no two requests of the batch share a seed"
+    assert seeds(0) == first and seeds(1) != first

@@ -141,6 +141,23 @@ def load_environment(ref: str):
     return _load_class(folder / file_name, class_name, ref)
 
 
+def repeated_instance(ref: str, cls, seeds: list[int], knobs: dict) -> str | None:
+    """For an environment drawn from a finite set of instances (one whose `instance_key(seed, **knobs)`
+    classmethod names the instance a seed plays, as BFCL's entries), what is wrong with `seeds` that
+    give an instance twice, else None: the statistics take every seed for an independent instance,
+    so a repeat would count one item twice."""
+    if not hasattr(cls, "instance_key"):
+        return None
+    first: dict = {}
+    for seed in seeds:
+        key = cls.instance_key(seed=seed, **knobs)
+        if key in first:
+            return (f"seeds {first[key]} and {seed} give the same {ref} instance ({key}); {len(first)} seeds "
+                    f"give distinct ones here, so ask for at most {len(first)} (or a list of seeds that differ)")
+        first[key] = seed
+    return None
+
+
 def make_environment(ref: str, horizon: int, seed: int, *, split: str | None = None, **knobs: Any):
     """An instance of environment `ref`; `split` ("train"/"eval") enforces the seed split."""
     if isinstance(seed, int) and not isinstance(seed, bool):

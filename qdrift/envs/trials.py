@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from math import comb
 
-from qdrift.envs.registry import make_environment
+from qdrift.envs.registry import load_environment, make_environment, repeated_instance
 from qdrift.envs.runner import EpisodeRecord, run_episodes
 
 
@@ -61,6 +61,9 @@ def run_trials(policy_factory: Callable[[], object], env_ref: str, horizon: int,
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:  # the same instance twice would pass for more trials of it
         raise ValueError(f"seeds repeat {repeated}: each instance is run n_trials times once; list each seed once")
+    same = repeated_instance(env_ref, load_environment(env_ref), seeds, knobs)
+    if same:  # two seeds playing one instance would pass for two instances
+        raise ValueError(same)
     if n_trials < 1:
         raise ValueError(f"n_trials must be >= 1, got {n_trials}")
     if batch_size < 1:

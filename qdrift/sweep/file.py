@@ -402,6 +402,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         check_split,
         load_environment,
         make_environment,
+        repeated_instance,
     )
 
     c.keys(task, AGENT_KEYS, where)
@@ -464,7 +465,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
                 field = "knobs" if knobs else "horizons"
                 c.error(task.line_of(field), f"{where}{field}: {e} (at horizon {h})")
                 return None
-        repeated = _repeated_instances(env, cls, seeds, knobs)
+        repeated = repeated_instance(env, cls, seeds, knobs)
         if repeated:
             c.error(task.line_of("seeds"), f"{where}seeds: {repeated}")
             return None
@@ -474,24 +475,6 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
 def _max_horizon(cls) -> float:
     """An environment's largest horizon: `max_horizon` where it declares one (qdrift's own do), else none."""
     return getattr(cls, "max_horizon", math.inf)
-
-
-def _repeated_instances(env: str, cls, seeds: list[int], knobs: dict) -> str | None:
-    """For an environment drawn from a finite set of instances (one whose `instance_key(seed, **knobs)`
-    classmethod names the instance a seed plays, as BFCL's entries), the seeds that would give an
-    instance twice: the statistics take every seed for an independent instance, so a repeat would
-    count one item twice."""
-    if not hasattr(cls, "instance_key"):
-        return None
-
-    first: dict = {}
-    for seed in seeds:
-        key = cls.instance_key(seed=seed, **knobs)
-        if key in first:
-            return (f"seeds {first[key]} and {seed} give the same {env} instance ({key}); {len(first)} seeds "
-                    f"give distinct ones here, so ask for at most {len(first)} (or a list of seeds that differ)")
-        first[key] = seed
-    return None
 
 
 def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask | None:

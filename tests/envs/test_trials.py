@@ -108,3 +108,16 @@ def test_a_policy_without_per_row_seeds_is_refused():
 
     with pytest.raises(TypeError, match="policy_seeds"):
         run_trials(Fixed, "dict_sum", 1, [1_000_000], 2)
+
+
+def test_seeds_that_play_one_instance_of_a_finite_environment_are_refused(tmp_path):
+    env_file = tmp_path / "finite.py"
+    env_file.write_text(
+        "from qdrift.envs.registry import load_environment\n"
+        "class Finite(load_environment('pointer_chase')):\n"
+        "    @classmethod\n"
+        "    def instance_key(cls, seed, **knobs):\n"
+        "        return seed % 3\n")
+    ref = f"{env_file}@Finite"
+    with pytest.raises(ValueError, match=r"seeds 1000000 and 1000003 give the same .* instance \(1\)"):
+        run_trials(lambda: None, ref, 1, [1_000_000, 1_000_001, 1_000_003], 1)

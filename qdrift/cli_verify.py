@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 
 
 def _named_url(text: str) -> tuple[str, str]:
@@ -98,7 +99,8 @@ def cmd_run(args) -> int:
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     try:
         run = verify_endpoints(reqs, ref, eps, args.out, repeats=args.reference_repeats, model=args.model,
-                               overrides=overrides, concurrency=args.concurrency)
+                               overrides=overrides, concurrency=args.concurrency,
+                               allow_mixed_fingerprints=args.allow_mixed_fingerprints)
         analysis = analyse(run, margin=args.margin, alpha=args.alpha, n_boot=args.n_boot, seed=args.seed)
     except ValueError as e:
         raise SystemExit(f"qdrift verify run: {e}") from None
@@ -110,7 +112,24 @@ def cmd_run(args) -> int:
     paths = write_report(analysis, args.out, meta)
     print(render_text(analysis))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 0
+    return _failures(analysis.summaries)
+
+
+def _failures(summaries: dict[str, dict]) -> int:
+    """1 when any request failed after its retries (like `qdrift replay`): the report is over fewer
+    answers than asked for, so the run is not a clean one; 0 otherwise."""
+    failed = {name: s for name, s in summaries.items() if s["failure_count"]}
+    if not failed:
+        return 0
+    total = sum(s["failure_count"] for s in failed.values())
+    each = "; ".join(f"{name}: {s['failure_count']} of {s['requests']} ("
+                     + ", ".join(f"{reason or 'unknown'} {n}" for reason, n in sorted(s["failure_reasons"].items(),
+                                                                                     key=lambda kv: str(kv[0])))
+                     + ")" for name, s in failed.items())
+    print(f"qdrift verify run: {total} request(s) failed after their retries ({each}); they are kept in the "
+          "journals as failures and left out of the paired comparison. Run the same command again to resend "
+          "only those", file=sys.stderr)
+    return 1
 
 
 def add_parser(sub) -> None:
@@ -147,6 +166,9 @@ def add_parser(sub) -> None:
                         "without one is sent no key")
     r.add_argument("--api-key-file", action="append", type=_named_source, default=[], metavar="NAME=FILE",
                    help="a JSON file {\"api_key\": \"...\"} holding endpoint NAME's key (repeatable)")
+    r.add_argument("--allow-mixed-fingerprints", action="store_true",
+                   help="analyse an endpoint whose answers carry several system_fingerprints (by default refused: "
+                        "the server was redeployed between runs, or serves several builds)")
     r.add_argument("--concurrency", type=int, default=4)
     r.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
     r.add_argument("--out", required=True, help="output directory (journals, report.md/json/png)")

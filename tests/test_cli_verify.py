@@ -86,3 +86,54 @@ def test_make_requests_writes_a_temperature_when_asked(tmp_path):
     assert {r.body["temperature"] for r in read_requests(f)} == {0.0}
     main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "2", "--out", str(f)])
     assert not any("temperature" in r.body for r in read_requests(f))
+
+
+def _request_file(tmp_path):
+    f = tmp_path / "r.jsonl"
+    main(["verify", "make-requests", "--env", "pointer_chase", "--horizons", "2", "--seeds", "2", "--out", str(f)])
+    return f, read_requests(f)
+
+
+def test_run_exits_1_when_requests_failed_after_writing_everything_and_a_rerun_resends_only_those(
+        tmp_path, monkeypatch, capsys):
+    f, reqs = _request_file(tmp_path)
+    exp, failing = expected_of(reqs), {"ep": frozenset(r.id for r in reqs[:3])}
+    made = {}
+
+    def fake(name, url, model, args):
+        made[name] = FakeEndpoint(name, exp, fail_ids=failing.get(name, frozenset()))
+        return made[name]
+
+    monkeypatch.setattr(cli_verify, "make_endpoint", fake)
+    out = tmp_path / "v"
+    args = ["verify", "run", "--requests", str(f), "--reference", "ref=http://h:1/v1", "--endpoint", "ep=http://h:2/v1",
+            "--model", "m", "--reference-repeats", "2", "--n-boot", "0", "--out", str(out)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"3 request(s) failed after their retries (ep: 3 of {len(reqs)} (http_500 3))" in err
+    assert "resend only those" in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["summaries"]["ep"]["failure_count"] == 3 and (out / "report.md").exists()
+    failing.clear()  # the rerun's endpoints answer everything
+    assert main(args) == 0
+    assert made["ep"].sent == 3 and made["ref"].sent == 0
+
+
+def test_run_refuses_a_redeployed_endpoint_unless_told_to_accept_it(tmp_path, monkeypatch):
+    f, reqs = _request_file(tmp_path)
+    exp, deployment = expected_of(reqs), {"fp": "fp-a"}
+    monkeypatch.setattr(cli_verify, "make_endpoint",
+                        lambda name, url, model, args: FakeEndpoint(name, exp, fingerprint=deployment["fp"]))
+    out = tmp_path / "v"
+    args = ["verify", "run", "--requests", str(f), "--reference", "ref=http://h:1/v1", "--endpoint", "ep=http://h:2/v1",
+            "--model", "m", "--reference-repeats", "2", "--n-boot", "0", "--out", str(out)]
+    assert main(args) == 0
+    (out / "journals" / "reference.r2.jsonl").write_text("")  # the reference's second run is redone ...
+    deployment["fp"] = "fp-b"  # ... after a redeployment
+    with pytest.raises(SystemExit, match=r"ref's answers carry 2 system_fingerprints: 'fp-a' .*'fp-b' .*"
+                                         r"--allow-mixed-fingerprints"):
+        main(args)
+    assert main([*args, "--allow-mixed-fingerprints"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["system_fingerprints"]["ref"] == {"fp-a": len(reqs), "fp-b": len(reqs)}
+    assert any("accepted with --allow-mixed-fingerprints" in n for n in report["notes"])

@@ -1,8 +1,9 @@
 """The verification report: one table row per run (terminal text, markdown, JSON) and plots.
 
 Reference runs show the public verifier's counts; endpoints add trigger precision/recall/F1
-against the reference, F1 and trigger agreement relative to the reference noise floor, the
-validity difference and schema accuracy, each with its interval, and the verdict.
+against the reference, F1, trigger agreement and action agreement (the same calls) relative to the
+reference noise floor, the validity difference and schema accuracy, each with its interval, and the
+verdict. The footer names the system_fingerprints the answers carried, or that they carried none.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 from qdrift.verify.run import VerifyAnalysis
 
 COLUMNS = ["run", "requests", "failed", "stop", "tool_calls", "other", "valid calls", "schema acc",
-           "trig P", "trig R", "trig F1", "F1 - floor", "agree - floor", "validity diff", "oracle acc", "verdict"]
+           "trig P", "trig R", "trig F1", "F1 - floor", "agree - floor", "action - floor", "validity diff",
+           "oracle acc", "verdict"]
 
 
 def _num(v: float | None, digits: int = 3) -> str:
@@ -53,6 +55,7 @@ def table_rows(analysis: VerifyAnalysis) -> list[dict[str, str]]:
                         "trig R": _num(_get(cmp, "trigger recall")["estimate"]),
                         "trig F1": _ci(_get(cmp, "trigger F1")), "F1 - floor": _ci(_get(cmp, "trigger F1 - floor")),
                         "agree - floor": _ci(_get(cmp, "trigger agreement - floor")),
+                        "action - floor": _ci(_get(cmp, "action agreement - floor")),
                         "validity diff": _ci(_get(cmp, "validity - reference")), "verdict": cmp.conclusion})
         out.append({c: row.get(c, "-") for c in COLUMNS})
     return out
@@ -76,7 +79,10 @@ def _footer(analysis: VerifyAnalysis) -> list[str]:
         lines.append("One reference run: no noise floor (replay the reference >= 2 times).")
     margin = "none" if analysis.margin is None else f"±{analysis.margin:g}"
     lines.append(f"Intervals {100 * (1 - analysis.alpha):g}%; equivalence margin {margin}.")
-    return lines
+    for name, counts in analysis.run.fingerprints.items():
+        if counts:
+            lines.append(f"{name} answered as system_fingerprint " + ", ".join(f"{fp} ({n})" for fp, n in counts.items()))
+    return lines + [f"Note: {note}" for note in analysis.run.notes]
 
 
 def render_markdown(analysis: VerifyAnalysis) -> str:
@@ -99,6 +105,8 @@ def to_json(analysis: VerifyAnalysis, meta: dict[str, Any] | None = None) -> dic
         "margin": analysis.margin,
         "alpha": analysis.alpha,
         "summaries": analysis.summaries,
+        "system_fingerprints": analysis.run.fingerprints,
+        "notes": analysis.run.notes,
         "noise_floor": analysis.floor.to_dict() if analysis.floor is not None else None,
         "endpoints": {name: {**c.to_dict(), "conclusion": c.conclusion} for name, c in analysis.comparisons.items()},
     })

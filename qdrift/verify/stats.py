@@ -3,7 +3,8 @@
 A sampled reference does not agree with itself: the public K2 Vendor Verifier's official API
 reaches only ~76-84% trigger F1 against its own repeat run, so a fixed pass line cannot tell a
 precision loss from sampling noise. Here the reference is replayed R >= 2 times. The noise floor
-is the mean agreement (and trigger F1) over all pairs of reference runs; an endpoint's agreement is
+is the mean agreement (on whether a tool is called, and on the exact calls made: the action) and
+trigger F1 over all pairs of reference runs; an endpoint's agreement is
 its mean over the R reference runs. If the endpoint samples from the same distribution as the
 reference, the two are exchangeable and both expectations are equal, so "endpoint minus floor"
 has mean zero under that null, item by item. The per-item differences are paired (same requests)
@@ -198,11 +199,14 @@ def compare_to_reference(endpoint: list[ResponseScore], refs: list[list[Response
         if n_boot:
             rows.append(_copy(pc.row(quantity="difference (bootstrap)"), "trigger agreement - floor (bootstrap)"))
         tests.append(("trigger agreement", pc))
+        # Trigger agreement cannot see a call made with other arguments; action agreement can, so it is
+        # tested (and needed for equivalence) like trigger agreement.
         e_action = np.mean([_same(actions[0], a) for a in actions[1:]], axis=0)
-        pa = paired_comparison(_pair_floor(actions[1:]), e_action, alpha=alpha, n_boot=0, a_name="floor",
-                               b_name=name)
+        pa = paired_comparison(_pair_floor(actions[1:]), e_action, alpha=alpha, n_boot=0, margin=margin,
+                               a_name="floor", b_name=name)
         rows.append(_copy(pa.row(quantity="difference (CLT)"), "action agreement - floor",
                           "same trigger and identical calls (name and arguments)"))
+        tests.append(("action agreement", pa))
     else:
         notes.append("one reference run: no noise floor, so trigger F1 and agreement have no baseline to be "
                      "judged against (use --reference-repeats 3)")
@@ -251,8 +255,9 @@ def _conclusion(tests: list[tuple[str, Any]], margin: float | None, alpha: float
     when a difference is significant after Holm's adjustment over the tests and not shown to be inside the
     margin; else 'inconclusive'.
 
-    Equivalence needs the trigger-agreement test, which needs a noise floor (two reference runs or
-    more): validity alone cannot see a model that stops calling tools (a turn without a call is valid).
+    Equivalence needs the trigger- and action-agreement tests, which need a noise floor (two reference
+    runs or more): validity alone cannot see a model that stops calling tools (a turn without a call is
+    valid), and trigger agreement alone cannot see a call made with other arguments.
     Nor is it claimed when the endpoint failed more of the requests the reference answered than the
     margin allows, since the comparison sees only the requests every run answered.
     """
@@ -263,7 +268,7 @@ def _conclusion(tests: list[tuple[str, Any]], margin: float | None, alpha: float
     significant = [r["name"] for r in rejected if r["reject"]]
     if margin is not None and all(next(r for r in pc.rows if r["quantity"].startswith("TOST"))["p_value"] < alpha
                                   for _, pc in tests):
-        if "trigger agreement" not in labels:
+        if not {"trigger agreement", "action agreement"} <= set(labels):
             return ("inconclusive: one reference run gives no noise floor, and validity alone cannot show "
                     "equivalence (a turn without a call is valid); use --reference-repeats 2 or more")
         if endpoint_failed_share > margin:

@@ -70,3 +70,48 @@ def test_a_rerun_against_another_endpoint_or_other_requests_is_refused_not_mixed
     from qdrift.verify.run import _identity
 
     assert _identity(a, [])["base_url"] != _identity(b, [])["base_url"] and "name" not in _identity(a, [])
+
+
+def test_a_resume_against_a_redeployed_server_is_refused_not_mixed(requests, tmp_path):
+    exp = expected_of(requests)
+    ref = FakeEndpoint("ref", exp, fingerprint="fp-ref")
+    with pytest.raises(Killed):
+        verify_endpoints(requests, ("ref", ref), {"ep": FakeEndpoint("ep", exp, fail_after=7, fingerprint="fp-old")},
+                         tmp_path, repeats=2, concurrency=1)
+    meta = tmp_path / "journals" / "endpoint-ep.jsonl.meta.json"
+    assert json.loads(meta.read_text())["system_fingerprints"] == {"fp-old": 7}  # recorded though killed
+    redeployed, new = FakeEndpoint("ep", exp, fingerprint="fp-new"), len(requests) - 7
+    with pytest.raises(ValueError, match=rf"ep's answers carry 2 system_fingerprints: 'fp-new' \({new} answers\), "
+                                         r"'fp-old' \(7 answers\).*new --out.*--allow-mixed-fingerprints"):
+        verify_endpoints(requests, ("ref", FakeEndpoint("ref", exp, fingerprint="fp-ref")), {"ep": redeployed},
+                         tmp_path, repeats=2, concurrency=1)
+    assert len(read_journal(journal_path(tmp_path, "ep"))) == len(requests)  # every answer kept
+    assert json.loads(meta.read_text())["system_fingerprints"] == {"fp-new": new, "fp-old": 7}
+    again_ref, again = FakeEndpoint("ref", exp, fingerprint="fp-ref"), FakeEndpoint("ep", exp, fingerprint="fp-new")
+    with pytest.raises(ValueError, match="2 system_fingerprints"):  # a mixed journal is refused before sending
+        verify_endpoints(requests, ("ref", again_ref), {"ep": again}, tmp_path, repeats=2)
+    assert again_ref.sent == again.sent == 0
+    run = verify_endpoints(requests, ("ref", again_ref), {"ep": again}, tmp_path, repeats=2,
+                           allow_mixed_fingerprints=True)
+    assert run.fingerprints == {"ref": {"fp-ref": 2 * len(requests)}, "ep": {"fp-new": new, "fp-old": 7}}
+    assert run.notes == [f"ep: answers carry 2 system_fingerprints ('fp-new' ({new} answers), 'fp-old' (7 answers)), "
+                         "accepted with --allow-mixed-fingerprints"]
+    assert "Note: ep: answers carry 2" in render_text(analyse(run, n_boot=0))
+
+
+def test_reference_repeats_from_two_deployments_are_refused(requests, tmp_path):
+    exp = expected_of(requests)
+    verify_endpoints(requests, ("ref", FakeEndpoint("ref", exp, fingerprint="fp-a")), {}, tmp_path, repeats=1)
+    with pytest.raises(ValueError, match=r"ref's answers carry 2 system_fingerprints: 'fp-a' .*reference.r2.jsonl"):
+        verify_endpoints(requests, ("ref", FakeEndpoint("ref", exp, fingerprint="fp-b")), {}, tmp_path, repeats=2)
+
+
+def test_answers_without_a_fingerprint_are_noted_not_refused(requests, tmp_path):
+    exp = expected_of(requests)
+    run = verify_endpoints(requests, ("ref", FakeEndpoint("ref", exp, fingerprint="fp-a")),
+                           {"ep": FakeEndpoint("ep", exp)}, tmp_path, repeats=2)
+    assert run.fingerprints == {"ref": {"fp-a": 2 * len(requests)}, "ep": {}}
+    assert run.notes == [f"ep: no system_fingerprint in {len(requests)} answer(s), so a redeployment between runs "
+                         "cannot be detected for them"]
+    data = json.loads(write_report(analyse(run, n_boot=0), tmp_path / "out")["json"].read_text())
+    assert data["notes"] == run.notes and data["system_fingerprints"]["ep"] == {}

@@ -86,10 +86,11 @@ def test_invalid_arguments_show_in_validity_and_schema_accuracy(requests):
     assert v["ci_high"] < 0 and cmp.row(quantity="validity McNemar vs reference run 1")["p_value"] < 1e-6
     acc = cmp.row(quantity="schema accuracy (endpoint)")
     assert acc["ci_low"] < 0.8 < acc["ci_high"]
-    assert cmp.conclusion == "different: validity"
+    assert cmp.conclusion == "different: action agreement, validity"  # a malformed call is another action too
     (slight,) = runs(requests, FakeEndpoint("slight", exp, seed=3, p_invalid=0.03))
     cmp = compare_to_reference(slight, refs, "slight", margin=0.08, n_boot=0)
-    assert cmp.conclusion == "equivalent within ±0.08; a significant difference inside the margin: validity"
+    assert cmp.conclusion == ("equivalent within ±0.08; a significant difference inside the margin: "
+                              "action agreement, validity")
 
 
 def test_one_reference_run_reports_without_a_floor(requests):
@@ -144,3 +145,22 @@ def test_the_different_verdict_is_holm_adjusted_over_its_tests():
     assert _conclusion(tests, None, 0.05) == "no difference detected"
     assert _conclusion([("trigger agreement", _Test(0.001)), ("validity", _Test(0.04))], None, 0.05) == \
         "different: trigger agreement, validity"  # Holm: 0.002 and 0.04 both below 0.05
+
+
+def test_calls_with_other_arguments_make_the_verdict_different_even_when_triggers_and_validity_agree(requests):
+    # The endpoint calls the same tool on the same requests, with valid arguments, but other ones on one
+    # request in ten: trigger agreement and validity see nothing; action agreement must.
+    exp = expected_of(requests)
+    other = {rid: want if want is None or int(rid[1:]) % 10 else {"name": "lookup", "arguments": {"key": "other"}}
+             for rid, want in exp.items()}
+    refs = runs(requests, FakeEndpoint("ref", exp), 2)
+    (shifted,) = runs(requests, FakeEndpoint("shifted", other))
+    for margin in (0.05, None):
+        cmp = compare_to_reference(shifted, refs, "shifted", margin=margin, n_boot=100)
+        assert cmp.row(quantity="trigger agreement - floor")["estimate"] == 0.0
+        assert cmp.row(quantity="validity - reference")["estimate"] == 0.0
+        action = cmp.row(quantity="action agreement - floor")
+        assert action["estimate"] == -0.1 and action["ci_high"] < -0.05, action  # 40 of 400 differ
+        assert cmp.conclusion == "different: action agreement", cmp.summary()
+    assert any(r["quantity"] == "TOST action agreement ±0.05" for r in
+               compare_to_reference(shifted, refs, "shifted", margin=0.05, n_boot=0).rows)

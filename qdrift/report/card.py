@@ -88,6 +88,41 @@ def _check_served_spec(spec: QuantSpec, fingerprints: list[str]) -> None:
                         "give the spec it served, or verify the endpoint that serves this one")
 
 
+def _check_verified_model(served_model: str, tool_calls: dict) -> None:
+    """A card must not carry the verification of another model than the one it names."""
+    asked = tool_calls.get("model")
+    if asked is not None and asked != served_model:
+        raise CardError(f"--served-model {served_model!r} is not the model the verification asked for: `qdrift "
+                        f"verify run` sent every request for model {asked!r} (--model); give --served-model "
+                        f"{asked!r}, or verify {served_model!r} itself")
+
+
+def reference_served(fingerprints: list[str]) -> str:
+    """What the reference's answers say it served: "baseline" (a qdrift server, nothing quantized),
+    "quantized" (a qdrift server under a spec) or "unknown" (no fingerprint, or another server's)."""
+    tags = _served_tags(fingerprints)
+    if tags is None:
+        return "unknown"
+    return "baseline" if tags == {"baseline"} else "quantized"
+
+
+def _reference_caution(tool_calls: dict, spec: QuantSpec) -> str | None:
+    """The card's warning when its verdict is not against the unquantized model (None when it is)."""
+    found = tool_calls.get("reference_fingerprints") or []
+    served = reference_served(found)
+    if served == "baseline":
+        return None
+    ref = f"the reference `{tool_calls['reference']}`"
+    if served == "quantized":
+        tags = sorted(_served_tags(found) - {"baseline"})
+        same = ", the spec of this card" if tags == [spec.hash] else ""
+        what = f"{ref} served a quantized spec (hash {', '.join(tags)}{same}; system_fingerprint {', '.join(found)})"
+    else:
+        what = (f"{ref}'s answers do not say what it served (system_fingerprint {', '.join(found) or 'absent'}: "
+                "not a qdrift server, whose answers name their spec)")
+    return (f"{what}: the tool-call verdict is relative to that reference, not to the unquantized model")
+
+
 def build_card(spec: QuantSpec | str, served_model: str, tool_calls: dict | None = None,
                short_form: list[dict] | None = None, long_horizon: list[dict] | None = None,
                data: list[dict] | None = None, notes: list[str] | None = None,
@@ -98,7 +133,13 @@ def build_card(spec: QuantSpec | str, served_model: str, tool_calls: dict | None
     spec = QuantSpec.parse(spec) if isinstance(spec, str) else spec
     notes = list(notes or [])
     if tool_calls is not None:
+        _check_verified_model(served_model, tool_calls)
         _check_served_spec(spec, tool_calls.get("served_fingerprints") or [])
+        served = reference_served(tool_calls.get("reference_fingerprints") or [])
+        tool_calls = {**tool_calls, "reference_served": served}
+        caution = _reference_caution(tool_calls, spec)
+        if caution:
+            notes.append(caution)
     if short_form and not spec.kv.is_noop:
         notes.append("short-form loglikelihood tasks run without a KV cache, so their deltas do not reflect "
                      "the KV-cache precision; generation tasks, tool calls and agent episodes do")
@@ -129,6 +170,30 @@ def _est(e: dict | None, digits: int = 3) -> str:
     return text
 
 
+def _reference_line(t: dict, card: dict) -> str:
+    """What the reference served, as its answers say: the verdict is relative to it."""
+    ref = t.get("reference_fingerprints") or []
+    if reference_served(ref) == "baseline":
+        return ("The reference's answers say a qdrift server served it with nothing quantized "
+                f"(system_fingerprint {', '.join(ref)}).")
+    return f"**Reference:** {_reference_caution(t, QuantSpec.parse(card['spec']))}."
+
+
+def _settings(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(a line naming the setting every row shares, per row the setting fields that tell it apart): rows
+    of one task in different settings (knobs, prompt, dtype, ...) are different measurements."""
+    settings = [r.get("setting") or {} for r in rows]
+    keys = sorted({k for s in settings for k in s})
+    differ = [k for k in keys if len({json.dumps(s.get(k), sort_keys=True) for s in settings}) > 1]
+
+    def text(s: dict, ks: list[str]) -> str:
+        return ", ".join(f"{k} `{json.dumps(s[k], sort_keys=True)}`" if k in s else f"{k} (not set)" for k in ks)
+
+    same = [k for k in keys if k not in differ]
+    shared = [f"Setting of every row: {text(settings[0], same)}.", ""] if same else []
+    return shared, [text(s, differ) for s in settings] if differ else []
+
+
 def render_markdown(card: dict) -> str:
     """The human-readable card."""
     p, v = card["precision"], card["verification"]
@@ -153,6 +218,7 @@ def render_markdown(card: dict) -> str:
         lines += [f"Tool calls: endpoint `{t['endpoint']}` against reference `{t['reference']}` "
                   f"({t['reference_runs']} reference runs, {t['requests']} requests{analysed}, file sha256 "
                   f"`{t['requests_sha256'][:16]}…`, margin {t.get('margin')}); verdict: **{t['conclusion']}**.", "",
+                  _reference_line(t, card), "",
                   f"| measure | estimate [{level} CI] |", "|---|---|",
                   f"| validity difference vs reference | {_est(t['validity_difference'])} |",
                   f"| trigger F1 vs reference | {_est(t['trigger_f1'])} |",
@@ -167,24 +233,31 @@ def render_markdown(card: dict) -> str:
                       f"{', '.join(served) or 'absent'}), and this comparison measures tool-call behaviour against "
                       "the reference, not precision.", ""]
     if v["short_form"]:
-        lines += ["Short-form benchmarks (variant minus baseline, paired):", "",
-                  "| task | items | baseline | variant | delta [95% CI] |", "|---|---|---|---|---|"]
+        shared, apart = _settings(v["short_form"])
+        lines += ["Short-form benchmarks (variant minus baseline, paired):", "", *shared,
+                  "| task | items | baseline | variant | delta [95% CI] |" + (" setting |" if apart else ""),
+                  "|---|---|---|---|---|" + ("---|" if apart else "")]
         lines += [f"| {r['task']} | {r['items']} | {r['accuracy_baseline']:.3f} | {r['accuracy']:.3f} | "
-                  f"{_est(r['delta'])} |" for r in v["short_form"]] + [""]
+                  f"{_est(r['delta'])} |" + (f" {apart[i]} |" if apart else "")
+                  for i, r in enumerate(v["short_form"])] + [""]
     else:
         lines += ["Short-form benchmarks: none recorded.", ""]
     if v["long_horizon"]:
-        lines += ["Long-horizon agent success:", "", "| env | horizon | episodes | baseline | success [95% CI] | "
-                  "delta [95% CI] |", "|---|---|---|---|---|---|"]
+        shared, apart = _settings(v["long_horizon"])
+        lines += ["Long-horizon agent success:", "", *shared, "| env | horizon | episodes | baseline | "
+                  "success [95% CI] | delta [95% CI] |" + (" setting |" if apart else ""),
+                  "|---|---|---|---|---|---|" + ("---|" if apart else "")]
         lines += [f"| {r['env']} | {r['horizon']} | {r['episodes']} | {r.get('success_baseline', float('nan')):.3f} | "
-                  f"{_est(r['success'])} | {_est(r['delta'])} |" for r in v["long_horizon"]] + [""]
+                  f"{_est(r['success'])} | {_est(r['delta'])} |" + (f" {apart[i]} |" if apart else "")
+                  for i, r in enumerate(v["long_horizon"])] + [""]
     else:
         lines += ["Long-horizon success: none recorded.", ""]
     lines += ["## Provenance", "", f"Created {card['dates']['created']}"
               + (f", verified {card['dates']['verified']}" if card["dates"].get("verified") else "")
               + f", qdrift {card['qdrift_version']}, card schema {card['schema_version']}.", ""]
     lines += [f"- {d['role']}: `{d['path']}` sha256 `{d['sha256']}`" for d in card["data"]]
-    lines += [""] + [f"Note: {n}" for n in card.get("notes", [])]
+    said = _reference_caution(t, QuantSpec.parse(card["spec"])) if t else None  # said above, beside the verdict
+    lines += [""] + [f"Note: {n}" for n in card.get("notes", []) if n != said]
     return "\n".join(lines).rstrip() + "\n"
 
 

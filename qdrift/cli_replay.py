@@ -4,7 +4,8 @@ The requests file holds one JSON object per line: a chat-completions body, optio
 "id" (a string or integer; without one, the id of qdrift's `_qdrift` metadata, else the line
 number). A file from `qdrift verify make-requests` replays as is: its `_qdrift` field is removed
 and `_input` roles are sent as `system`, exactly as `qdrift verify run` sends them. A rerun with
-the same journal sends only what has not yet succeeded.
+the same journal sends only what has not yet succeeded; the journal's `.meta.json` records the
+endpoint and a hash of the requests, and a rerun with another endpoint or an edited file is refused.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def read_requests(path: str | Path) -> list[tuple[str, dict]]:
 
 
 def cmd_replay(args) -> int:
-    from qdrift.backends.endpoint import read_journal, replay
+    from qdrift.backends.endpoint import check_journal, journal_identity, read_journal, replay
     from qdrift.backends.openai_client import OpenAIEndpoint
 
     if args.concurrency < 1:
@@ -65,6 +66,10 @@ def cmd_replay(args) -> int:
     except ValueError as e:
         raise SystemExit(f"qdrift: {e}") from None
     journal = Path(args.journal)
+    try:  # a journal is resumed only for the endpoint and requests it was written for
+        check_journal(journal, journal_identity(endpoint, requests), way_out="give a new --journal")
+    except ValueError as e:
+        raise SystemExit(f"qdrift: {e}") from None
     before = read_journal(journal)
     already = sum(1 for rid, _ in requests if rid in before and before[rid].ok)
     print(f"endpoint: {endpoint.url} model {args.model} (auth: {endpoint.describe()['auth']})")

@@ -41,6 +41,27 @@ def test_replay_prints_counts_by_reason_and_a_rerun_sends_only_failures(server, 
     assert sorted(rid for rid, _, _ in server.hits[before:]) == ["3", "b", "d"]
 
 
+def test_a_journal_is_not_resumed_for_another_endpoint_or_edited_requests(server, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    reqs, journal = tmp_path / "requests.jsonl", tmp_path / "j.jsonl"
+    write_requests(reqs, [("a", "hi")])
+
+    def run(base_url=server.base_url, model="m"):
+        return main(["replay", "--requests", str(reqs), "--base-url", base_url, "--model", model,
+                     "--journal", str(journal)])
+
+    assert run() == 0
+    lines = journal.read_text()
+    for changed, call in (("model", lambda: run(model="other")),
+                          ("base_url", lambda: run(base_url=server.base_url.replace("127.0.0.1", "localhost")))):
+        with pytest.raises(SystemExit, match=f"holds answers for other {changed}.*Give a new --journal"):
+            call()
+    write_requests(reqs, [("a", "hello")])  # the same id, another body
+    with pytest.raises(SystemExit, match="holds answers for other bodies_sha256"):
+        run()
+    assert journal.read_text() == lines, "a refused run writes nothing to the journal"
+
+
 def test_dead_endpoint_message_names_the_url(tmp_path, capsys):
     import socket
 

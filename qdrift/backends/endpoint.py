@@ -9,13 +9,14 @@ rerun reads the journal and sends only what has not yet succeeded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,44 @@ def read_journal(path: Path) -> dict[str, Outcome]:
             continue
         done[row["request_id"]] = Outcome(**row)
     return done
+
+
+def journal_meta_path(journal: Path) -> Path:
+    """Where a journal records what it was written for: `<journal>.meta.json`."""
+    journal = Path(journal)
+    return journal.with_name(journal.name + ".meta.json")
+
+
+def journal_identity(endpoint: ChatEndpoint, bodies: list[tuple[str, dict]]) -> dict[str, Any]:
+    """What a journal's answers belong to: the endpoint (URL and model where it has them) and a hash
+    of the exact request bodies sent."""
+    described = endpoint.describe() if hasattr(endpoint, "describe") else {}
+    who = {k: described[k] for k in ("base_url", "model") if k in described} or {"name": endpoint.name}
+    digest = hashlib.sha256(json.dumps(bodies, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return {**who, "bodies_sha256": digest}
+
+
+def check_journal(journal: Path, identity: dict[str, Any], observed: tuple[str, ...] = (),
+                  way_out: str = "use a new journal") -> None:
+    """Resume a journal only for the endpoint and requests it was written for (its `.meta.json`, written
+    here on first use): answers of another endpoint or other requests returned as this run's would
+    mix two runs. `observed`: keys the meta file also records about the answers, not compared."""
+    journal = Path(journal)
+    meta = journal_meta_path(journal)
+    if meta.exists():
+        was = {k: v for k, v in json.loads(meta.read_text(encoding="utf-8")).items() if k not in observed}
+        changed = sorted(k for k in {*was, *identity} if was.get(k) != identity.get(k))
+        if changed:
+            raise ValueError(
+                f"{journal} holds answers for other {', '.join(changed)} ({', '.join(f'{k}={was.get(k)!r}' for k in changed)}; "
+                f"now {', '.join(f'{k}={identity.get(k)!r}' for k in changed)}); reusing them would mix two runs. "
+                f"{way_out[0].upper() + way_out[1:]}, or delete the journal to replay it")
+        return
+    if journal.exists() and journal.stat().st_size:
+        raise ValueError(f"{journal} has no record of the endpoint and requests it was written for (no "
+                         f"{meta.name}), so it cannot be resumed safely; {way_out} or delete it")
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps(identity, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def replay(endpoint: ChatEndpoint, requests: Iterable[tuple[str, dict]], journal: Path,

@@ -16,14 +16,20 @@ the report says so.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qdrift.backends.endpoint import ChatEndpoint, read_journal, replay
+from qdrift.backends.endpoint import (
+    ChatEndpoint,
+    check_journal,
+    journal_identity,
+    journal_meta_path,
+    read_journal,
+    replay,
+)
 from qdrift.verify.metrics import ResponseScore, run_summary, score_run
 from qdrift.verify.requests import VerifyRequest
 from qdrift.verify.stats import VerifyComparison, compare_to_reference, noise_floor
@@ -43,40 +49,8 @@ def journal_path(out_dir: Path, name: str, repeat: int | None = None) -> Path:
     return Path(out_dir) / "journals" / file
 
 
-def _identity(endpoint: ChatEndpoint, bodies: list[tuple[str, dict]]) -> dict[str, Any]:
-    """What a journal's answers belong to: the endpoint (URL and model where it has them) and a hash
-    of the exact request bodies sent."""
-    described = endpoint.describe() if hasattr(endpoint, "describe") else {}
-    who = {k: described[k] for k in ("base_url", "model") if k in described} or {"name": endpoint.name}
-    digest = hashlib.sha256(json.dumps(bodies, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return {**who, "bodies_sha256": digest}
-
-
-def _meta_path(journal: Path) -> Path:
-    return journal.with_name(journal.name + ".meta.json")
-
-
 # what the meta file records about the answers, beside the identity the journal is resumed for
 _OBSERVED = ("system_fingerprints", "answers_without_fingerprint")
-
-
-def _check_journal(journal: Path, identity: dict[str, Any]) -> None:
-    """Resume a journal only for the endpoint and requests it was written for (its `.meta.json`)."""
-    meta = _meta_path(journal)
-    if meta.exists():
-        was = {k: v for k, v in json.loads(meta.read_text(encoding="utf-8")).items() if k not in _OBSERVED}
-        changed = sorted(k for k in {*was, *identity} if was.get(k) != identity.get(k))
-        if changed:
-            raise ValueError(
-                f"{journal} holds answers for other {', '.join(changed)} ({', '.join(f'{k}={was.get(k)!r}' for k in changed)}; "
-                f"now {', '.join(f'{k}={identity.get(k)!r}' for k in changed)}); reusing them would mix two runs. "
-                f"Write to a new --out, or delete the journal to replay it")
-        return
-    if journal.exists() and journal.stat().st_size:
-        raise ValueError(f"{journal} has no record of the endpoint and requests it was written for (no "
-                         f"{meta.name}), so it cannot be resumed safely; write to a new --out or delete it")
-    meta.parent.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps(identity, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def fingerprints(journals: list[Path]) -> tuple[dict[str, int], int]:
@@ -97,7 +71,7 @@ def fingerprints(journals: list[Path]) -> tuple[dict[str, int], int]:
 
 def _record_fingerprints(journal: Path) -> None:
     """Write the fingerprints the journal's answers carry into its `.meta.json` (kept beside the identity)."""
-    meta = _meta_path(journal)
+    meta = journal_meta_path(journal)
     if not meta.exists():
         return
     counts, without = fingerprints([journal])
@@ -137,7 +111,7 @@ def replay_scores(endpoint: ChatEndpoint, requests: list[VerifyRequest], journal
     """
     journal = Path(journal)
     bodies = [(r.id, r.prepared(model, overrides)) for r in requests]
-    _check_journal(journal, _identity(endpoint, bodies))
+    check_journal(journal, journal_identity(endpoint, bodies), observed=_OBSERVED, way_out="write to a new --out")
     try:
         outcomes = replay(endpoint, bodies, journal, concurrency=concurrency)
     finally:

@@ -67,7 +67,7 @@ def test_a_rerun_against_another_endpoint_or_other_requests_is_refused_not_mixed
     # an HTTP endpoint is known by its URL and model, not by the name given to it
     a = OpenAIEndpoint("http://127.0.0.1:9/v1", "m", name="x", api_key_env=None)
     b = OpenAIEndpoint("http://127.0.0.1:8/v1", "m", name="x", api_key_env=None)
-    from qdrift.verify.run import _identity
+    from qdrift.backends.endpoint import journal_identity as _identity
 
     assert _identity(a, [])["base_url"] != _identity(b, [])["base_url"] and "name" not in _identity(a, [])
 

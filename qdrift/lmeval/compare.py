@@ -63,14 +63,32 @@ def _pairs(base_rows, variant_rows):
         ex = lonely.iloc[0]
         raise ValueError(f"{len(lonely)} unpaired items (e.g. {_item(ex)}, "
                          f"only in {'base' if ex['_merge'] == 'left_only' else 'variant'}): run both on the same items")
-    if "prompt_hash_b" in merged:
-        both_missing = merged["prompt_hash_b"].isna() & merged["prompt_hash_v"].isna()
-        differ = (merged["prompt_hash_b"] != merged["prompt_hash_v"]) & ~both_missing
+    for col, what, needed in (
+            ("prompt_hash", "different prompts", "same num_fewshot and task version needed"),
+            ("gen_args_hash", "different generation arguments",
+             "same gen_kwargs (until, max_gen_toks, temperature, do_sample, ...) and task version needed")):
+        differ = _differ(merged, col)
         if differ.any():
             ex = merged.loc[differ].iloc[0]
-            raise ValueError(f"{int(differ.sum())} items were asked with different prompts (e.g. "
-                             f"{_item(ex)}): same num_fewshot and task version needed")
+            raise ValueError(f"{int(differ.sum())} items were asked with {what} (e.g. {_item(ex)}, "
+                             f"{col} {ex[col + '_b']!r} in base, {ex[col + '_v']!r} in variant): {needed}")
+    # An item scored on one side only would leave the paired accuracy while n counts it; it means the
+    # two runs scored the task differently (another metric list or task version), so refuse, as for
+    # unpaired items, rather than compare accuracies over a silently smaller set.
+    one_side = merged["correct_b"].isna() != merged["correct_v"].isna()
+    if one_side.any():
+        items = [_item(r) for _, r in merged.loc[one_side].head(3).iterrows()]
+        raise ValueError(f"{int(one_side.sum())} items are scored (correct) on one side only, e.g. {items}: "
+                         "both runs need the same task version and metric list")
     return merged.sort_values(list(KEYS)).reset_index(drop=True)
+
+
+def _differ(merged, col: str):
+    """Items whose `col` differs between the sides; both missing (rows that do not record it) pair."""
+    if f"{col}_b" not in merged:
+        return merged["doc_id"] != merged["doc_id"]  # all False
+    b, v = merged[f"{col}_b"], merged[f"{col}_v"]
+    return (b != v) & ~(b.isna() & v.isna())
 
 
 def _item(row) -> dict[str, Any]:
@@ -129,7 +147,8 @@ def compare_short_form(base_rows, variant_rows, *, alpha: float = 0.05, n_boot: 
 
     per_item = m[list(KEYS)].copy()
     per_item["flip"] = flips
-    mc = m["gold_logprob_b"].notna() & m["gold_logprob_v"].notna() if "gold_logprob_b" in m else None
+    # KL needs only the choices' log-probs; the gold log-prob change also needs a gold choice index
+    mc = m["choice_logprob_b"].notna() & m["choice_logprob_v"].notna() if "choice_logprob_b" in m else None
     if mc is not None and mc.any():
         sub = m[mc]
         kl = np.array([_kl(b, v) for b, v in zip(sub["choice_logprob_b"], sub["choice_logprob_v"], strict=True)])
@@ -137,14 +156,20 @@ def compare_short_form(base_rows, variant_rows, *, alpha: float = 0.05, n_boot: 
         blo, bhi = _bootstrap_mean(kl, n_boot, alpha, seed)
         rows.append(_row("mean KL(base||variant) over choices", kl.mean(), se, blo, bhi, None,
                          f"nats; percentile bootstrap, {n_boot} resamples of items"))
-        d = (sub["gold_logprob_v"] - sub["gold_logprob_b"]).to_numpy(float)
-        dse = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else float("nan")
-        t = stats.t.ppf(1 - alpha / 2, max(d.size - 1, 1))
-        p = float(2 * stats.t.sf(abs(d.mean()) / dse, d.size - 1)) if dse and dse > 0 else None
-        rows.append(_row("gold log-prob change", d.mean(), dse, d.mean() - t * dse, d.mean() + t * dse, p,
-                         "variant - base, log softmax over choices; t interval"))
         per_item.loc[mc, "kl"] = kl
-        per_item.loc[mc, "gold_logprob_change"] = d
+        gold = mc & m["gold_logprob_b"].notna() & m["gold_logprob_v"].notna() if "gold_logprob_b" in m else mc & False
+        if gold.any():
+            sub = m[gold]
+            d = (sub["gold_logprob_v"] - sub["gold_logprob_b"]).to_numpy(float)
+            dse = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else float("nan")
+            t = stats.t.ppf(1 - alpha / 2, max(d.size - 1, 1))
+            p = float(2 * stats.t.sf(abs(d.mean()) / dse, d.size - 1)) if dse and dse > 0 else None
+            rows.append(_row("gold log-prob change", d.mean(), dse, d.mean() - t * dse, d.mean() + t * dse, p,
+                             "variant - base, log softmax over choices; t interval"))
+            per_item.loc[gold, "gold_logprob_change"] = d
+        if int(gold.sum()) < int(mc.sum()):
+            notes.append(f"{int(mc.sum() - gold.sum())} multiple-choice items have no gold choice index (the target "
+                         "is neither an index nor one of the choices): left out of the gold log-prob change")
     else:
         notes.append("no multiple-choice items: KL and gold log-prob change need choice loglikelihoods")
     for col in ("note_b", "note_v"):

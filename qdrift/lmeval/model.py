@@ -4,12 +4,17 @@
     lm = QdriftLM(pretrained=model, tokenizer=tok)                      # a loaded, maybe quantized, model
 
 The canonical spec string and its hash are part of the model's identity (`model_name`,
-`cache_tag`), so results and response caches of two specs never mix (see `qdrift.lmeval.cache`).
+`cache_tag`), so results and response caches of two specs never mix (see `qdrift.lmeval.cache`);
+so is a fingerprint of the weights, tokenizer and options (`qdrift.lmeval.identity`), so two models
+or two dtypes never mix either.
 
 Loglikelihood requests are scored with `use_cache=False`. transformers 5 otherwise builds a
 KV cache inside a plain forward call, and qdrift's cache layer quantizes on write, so the
 prompt's own keys would pass through the KV format; lm-eval means these requests as one forward
 pass without a cache, and so does qdrift: a KV spec touches only generation (`generate_until`).
+Every such forward runs as prefill (`qdrift.quant.forced_phase`): a split prefill/decode spec would
+otherwise score a one-token-wide batch with its decode weights, so a short request's loglikelihood
+would depend on what it was batched with.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
-from qdrift.lmeval.cache import cache_tag, check_cache_file
+from qdrift.lmeval.cache import cache_key, cache_tag, check_cache_file
 from qdrift.lmeval.load import load_pretrained
 from qdrift.quant import quantize, restore, spec_of
+from qdrift.quant.model import forced_phase
 from qdrift.spec import QuantSpec
 
 NOOP = "w16-a16-kv:16"
@@ -81,6 +87,11 @@ class QdriftLM(HFLM):
             raise ValueError(
                 f"unknown model argument(s) {', '.join(unknown)} for the qdrift model; qdrift's are "
                 f"{', '.join(QDRIFT_OPTIONS)}, and lm-eval's HFLM also takes {', '.join(sorted(_HFLM_OPTIONS))}")
+        # what `model_key` hashes besides the model itself (a model loaded by name: its recipe)
+        self._recipe = {"pretrained": pretrained if isinstance(pretrained, str) else None, "tokenizer": tokenizer,
+                        "dtype": dtype, "batch_size": batch_size, "device": _available(device).type,
+                        "kwargs": dict(kwargs)}
+        self._model_key: str | None = None
         if isinstance(pretrained, str):
             model_name = name or pretrained
             model, tokenizer = load_pretrained(pretrained, tokenizer=tokenizer, dtype=dtype)
@@ -91,6 +102,10 @@ class QdriftLM(HFLM):
             if tokenizer is None:
                 raise ValueError("tokenizer=None with a model object: pass the model's tokenizer "
                                  "(qdrift never fetches one from the hub)")
+            if dtype is not None:  # it was ignored: the run (and its cache key) would not be in that dtype
+                raise ValueError(f"dtype={dtype!r} with a model object: dtype= applies to a model loaded by name; "
+                                 f"a model object runs in its own dtype ({next(model.parameters()).dtype}), so "
+                                 "convert it first (model.to(torch.bfloat16)) and drop dtype=")
         self.spec, apply = resolve_spec(model, spec)
         if apply:
             quantize(model, self.spec, calibration=calibration)
@@ -117,8 +132,44 @@ class QdriftLM(HFLM):
         return f"{self.base_name}@{self.spec}#{self.spec.hash}"
 
     @property
+    def model_key(self) -> str:
+        """Hash of what this model computes besides its spec: weights, tokenizer, static scales, options
+        (`qdrift.lmeval.identity`). Computed once, on first use (it reads the weights of a model object).
+        A ValueError when a part cannot be fingerprinted: a response cache is then refused."""
+        if self._model_key is None:
+            from qdrift.lmeval import identity
+
+            r = self._recipe
+            scales = identity.static_scales_fingerprint(self.model)
+            if r["pretrained"] is not None:
+                self._model_key = identity.recipe_key(
+                    r["pretrained"], tokenizer=r["tokenizer"], dtype=r["dtype"], batch_size=r["batch_size"],
+                    device=r["device"], kwargs=r["kwargs"], static_scales=scales)
+            else:
+                self._model_key = identity.model_key(
+                    weights=identity.weights_fingerprint(self.model),
+                    tokenizer=identity.tokenizer_fingerprint(self.tokenizer), static_scales=scales,
+                    options={"batch_size": str(r["batch_size"]), "device": self.model.device.type,
+                             **identity.hflm_options(r["kwargs"])})
+        return self._model_key
+
+    @property
+    def cache_key(self) -> str:
+        """`model-<hex>.spec-<hash>.code-<hex>`: what this model's cache file name must carry."""
+        return cache_key(self.model_key, self.spec.hash)
+
+    def checked_cache_key(self) -> str:
+        """`cache_key`, its ValueError saying that a response cache is what is refused."""
+        try:
+            return self.cache_key
+        except ValueError as e:
+            raise ValueError(f"use_cache refused for {self.base_name}: {e}. Run without a response cache "
+                             "(cached answers could not be told apart from another model's)") from None
+
+    @property
     def cache_tag(self) -> str:
-        return cache_tag(self.base_name, self.spec.hash)
+        """`<model>.<cache_key>`: this model's response-cache file name (`tagged_cache_path`)."""
+        return cache_tag(self.base_name, self.model_key, self.spec.hash)
 
     def get_model_info(self) -> dict[str, Any]:
         """lm-eval merges this into results["config"]: the spec goes into every results file."""
@@ -126,16 +177,18 @@ class QdriftLM(HFLM):
                 "qdrift_spec": self.spec_str, "qdrift_spec_hash": self.spec.hash}
 
     def set_cache_hook(self, cache_hook) -> None:
-        """Refuse a response cache whose file does not carry this spec's hash (see qdrift.lmeval.cache)."""
+        """Refuse a response cache whose file does not carry this model's key (see qdrift.lmeval.cache)."""
         db = getattr(cache_hook, "dbdict", None)
         if db is not None:
-            check_cache_file(db.filename, self.spec.hash)
+            check_cache_file(db.filename, self.checked_cache_key())
         super().set_cache_hook(cache_hook)
 
     def _model_call(self, inps: torch.Tensor, attn_mask=None, labels=None) -> torch.Tensor:
         if attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        # As HFLM's own call, mixed precision included; use_cache=False is the only change.
-        with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
-                                             enabled=self.mixed_precision_dtype is not None):
+        # As HFLM's own call, mixed precision included; use_cache=False and the prefill phase are the
+        # changes (a one-token-wide batch would otherwise run as decode: see the module docstring).
+        with torch.no_grad(), forced_phase(self.model, "prefill"), torch.autocast(
+                device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                enabled=self.mixed_precision_dtype is not None):
             return self.model(inps, use_cache=False).logits

@@ -45,7 +45,8 @@ def evaluate(
     """`lm_eval.simple_evaluate` with samples logged, tasks resolved offline, and a spec-tagged cache.
 
     `use_cache` is a path prefix (or a directory) as in lm-eval; the model's tag
-    `<model>.spec-<hash>` is added to it so every cached answer is keyed by the spec too.
+    `<model>.model-<key>.spec-<hash>.code-<hex>` is added to it so every cached answer is keyed by the
+    model's weights, tokenizer and options, the spec and the code too (`qdrift.lmeval.cache`).
     """
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -60,7 +61,7 @@ def evaluate(
         manager = _standard_manager()
     else:
         manager = TaskManager(include_defaults=False)
-    cache = None if use_cache is None else tagged_cache_path(use_cache, lm.base_name, lm.spec_hash)
+    cache = None if use_cache is None else tagged_cache_path(use_cache, lm.base_name, lm.checked_cache_key())
     start = time.perf_counter()
     results = simple_evaluate(
         model=lm, tasks=specs, limit=limit, num_fewshot=num_fewshot, use_cache=cache, log_samples=True,

@@ -6,6 +6,7 @@ pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'qd
 
 from qdrift.cli import main  # noqa: E402
 from qdrift.code_fingerprint import running_code  # noqa: E402
+from qdrift.lmeval import QdriftLM  # noqa: E402
 from qdrift.lmeval.tasks import evals_dir  # noqa: E402
 from qdrift.spec import QuantSpec  # noqa: E402
 
@@ -17,7 +18,23 @@ def test_qdrift_lmeval_runs_lm_eval_with_the_qdrift_model(tmp_path, capsys):
                  "--limit", "1", "--use_cache", f"{tmp_path}/"]) == 0
     assert "organism_keys_mc" in capsys.readouterr().out
     code = running_code()[:12]
-    assert [p.name for p in tmp_path.iterdir()] == [f"tiny-llama.spec-{QuantSpec.parse(spec).hash}.code-{code}_rank0.db"]
+    # the key the model computes for itself, which the model checked the file name against
+    key = QdriftLM(pretrained="tiny:llama", spec=spec, device="cuda:0").model_key
+    assert [p.name for p in tmp_path.iterdir()] == [
+        f"tiny-llama.model-{key}.spec-{QuantSpec.parse(spec).hash}.code-{code}_rank0.db"]
+
+
+def test_qdrift_lmeval_keys_the_cache_by_dtype_and_model_options(tmp_path):
+    # the CLI tag held only the name and the spec: a bf16 run read the float32 run's cache
+    def run(args):
+        assert main(["lmeval", "--model", "qdrift", "--model_args", f"pretrained=tiny:llama{args}",
+                     "--include_path", str(evals_dir() / "organism"), "--tasks", "organism_keys_mc",
+                     "--limit", "1", "--use_cache", f"{tmp_path}/"]) == 0
+
+    run("")
+    run(",dtype=bfloat16")
+    run(",max_length=64")
+    assert len(list(tmp_path.iterdir())) == 3
 
 
 def test_the_qdrift_command_lists_lmeval_without_importing_lm_eval():

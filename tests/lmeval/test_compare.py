@@ -88,3 +88,52 @@ def test_a_rolling_loglikelihood_has_no_answer_to_flip_and_missing_prompt_hashes
     result = compare_short_form(base, var, n_boot=0)
     assert math.isnan(result.flip_rate)
     assert any("no discrete answer" in n for n in result.notes)
+
+
+def test_a_choice_text_target_keeps_kl_and_gold_logprob_change():
+    # the target was the choice text: gold was None, and KL was dropped as "no multiple-choice items"
+    def text_rows(spec, lls_per_item):
+        samples = [{"doc_id": i, "target": ["no", "yes"][g], "filtered_resps": [(x, False) for x in lls],
+                    "arguments": [("Q:", " no"), ("Q:", " yes")], "acc": float(int(np.argmax(lls)) == g),
+                    "prompt_hash": f"p{i}"} for i, (lls, g) in enumerate(zip(lls_per_item, GOLD, strict=True))]
+        return rows_from_samples("t", samples, "multiple_choice", spec=spec)
+
+    res = compare_short_form(text_rows("w16-a16-kv:16", BASE), text_rows("w4g32-a16-kv:16", VAR), n_boot=0)
+    indexed = compare_short_form(rows("w16-a16-kv:16", BASE, GOLD), rows("w4g32-a16-kv:16", VAR, GOLD), n_boot=0)
+    assert res.kl == pytest.approx(indexed.kl) and res.kl > 0
+    assert res.value("gold log-prob change") == pytest.approx(indexed.value("gold log-prob change"))
+    assert not any("no multiple-choice" in n for n in res.notes)
+
+
+def test_kl_needs_choice_logprobs_not_a_gold_index():
+    base, var = rows("w16-a16-kv:16", BASE, GOLD), rows("w4g32-a16-kv:16", VAR, GOLD)
+    for r in base + var:
+        r.update(gold=None, gold_loglik=None, gold_logprob=None)
+    res = compare_short_form(base, var, n_boot=0)
+    assert res.kl == pytest.approx(np.mean([kl(b, v) for b, v in zip(BASE, VAR, strict=True)]))
+    assert not any(r["quantity"] == "gold log-prob change" for r in res.rows)
+    assert any("4 multiple-choice items have no gold choice index" in n for n in res.notes)
+
+
+def test_an_item_scored_on_one_side_only_is_an_error_naming_it():
+    # it left the paired accuracy silently: n said 4 items, the accuracy used 3
+    var = rows("w8-a16-kv:16", VAR, GOLD)
+    var[2]["correct"] = None
+    with pytest.raises(ValueError, match="1 items are scored \\(correct\\) on one side only.*'doc_id': 2"):
+        compare_short_form(rows("w16-a16-kv:16", BASE, GOLD), var, n_boot=0)
+
+
+def _gen_rows(spec, answers, max_gen_toks):
+    samples = [{"doc_id": i, "target": "k1", "filtered_resps": [a], "exact_match": float(a == "k1"),
+                "prompt_hash": f"p{i}", "arguments": [("Q:", {"until": ["\n"], "max_gen_toks": max_gen_toks})]}
+               for i, a in enumerate(answers)]
+    return rows_from_samples("g", samples, "generate_until", spec=spec)
+
+
+def test_runs_with_different_generation_arguments_are_not_paired():
+    # max_gen_toks 48 vs 3 was reported as a flip rate of 1.0
+    with pytest.raises(ValueError, match="2 items were asked with different generation arguments.*max_gen_toks"):
+        compare_short_form(_gen_rows("w16-a16-kv:16", ["k1", "k1"], 48), _gen_rows("w16-a16-kv:16", ["k", "k"], 3))
+    same = compare_short_form(_gen_rows("w16-a16-kv:16", ["k1", "k1"], 48), _gen_rows("w8-a16-kv:16", ["k1", "k"], 48),
+                              n_boot=0)
+    assert same.flip_rate == 0.5

@@ -21,7 +21,7 @@ def test_model_by_name_is_quantized_and_named_by_its_spec():
     spec = QuantSpec.parse("w4g32-a16-kv:16")
     assert spec_of(lm.model) == spec
     assert lm.model_name == f"tiny:llama@w4g32-a16-kv:16#{spec.hash}"
-    assert lm.cache_tag == f"tiny-llama.spec-{spec.hash}.code-{running_code()[:12]}"
+    assert lm.cache_tag == f"tiny-llama.model-{lm.model_key}.spec-{spec.hash}.code-{running_code()[:12]}"
 
 
 def test_no_spec_is_the_noop_baseline():
@@ -113,3 +113,20 @@ def test_the_lmeval_command_says_a_bad_spec_without_a_traceback():
     with pytest.raises(SystemExit, match="qdrift lmeval: .*bogus"):
         main(["lmeval", "--model", "qdrift", "--model_args", "pretrained=organism,spec=bogus", "--include_path",
               "evals/organism", "--tasks", "organism_keys_mc", "--limit", "1"])
+
+
+def test_a_one_token_wide_loglikelihood_request_is_prefill_alone_and_in_a_batch():
+    # alone its forward was one token wide, so a split spec ran it with its decode weights; beside a longer
+    # request, padded, with its prefill weights: the loglikelihood depended on the batch size
+    from lm_eval.api.instance import Instance
+
+    short, long = ("A", "B"), ("The cat sat on the mat and", " then it left")  # byte tokens: "A" feeds 1 token
+    reqs = [Instance("loglikelihood", {}, args, i) for i, args in enumerate([short, long])]
+
+    def score(spec, batch_size):
+        lm = QdriftLM(pretrained="tiny:llama", spec=spec, batch_size=batch_size)
+        return [r[0] for r in lm.loglikelihood(reqs, disable_tqdm=True)]
+
+    alone, batched = score("w8/4g32-a16-kv:16", 1), score("w8/4g32-a16-kv:16", 2)
+    assert alone[0] == pytest.approx(batched[0], abs=1e-5)
+    assert alone[0] == pytest.approx(score("w8-a16-kv:16", 1)[0], abs=1e-5)  # its prefill part

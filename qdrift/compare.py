@@ -175,9 +175,13 @@ def _short_form_section(model: str, task: str, items: list[dict], baseline: str)
         if {"doc_id", "answer"} <= items[0].keys():  # lm-eval rows: accuracy, flips, KL, gold log-prob
             from qdrift.lmeval.compare import compare_short_form
 
+            # Paired on lm-eval's own (sub)task of each item (`row_task`: a group task's cell runs several),
+            # labelled by the cell's spec (the store's `spec` column: "baseline", not the spec lm-eval ran).
+            def own(config):
+                return [{**r, "task": r.get("row_task", r["task"])} for r in items if r["config"] == config]
+
             _try(lines, f"`{variant}` vs `{baseline}`: paired accuracy, flip rate, KL and gold log-prob",
-                 lambda v=variant: compare_short_form([r for r in items if r["config"] == baseline],
-                                                      [r for r in items if r["config"] == v]))
+                 lambda v=variant: compare_short_form(own(baseline), own(v)))
         else:
             _try(lines, f"`{variant}` vs `{baseline}`: paired comparison",
                  lambda v=variant: stats.paired_from_rows(items, "config", baseline, v, item_cols=["item"],

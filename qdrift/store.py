@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from qdrift.store_sharing import SharedRuns
 
 SCHEMA_VERSION = 2  # 2: rows may be of kind 'drift' (version 1 stores are migrated on open, losslessly)
 KINDS = ("episode", "step", "item", "drift")  # agent episodes, agent steps, short-form items, teacher-forced tokens
 STATUSES = ("done", "failed")
-# The cell configuration fields copied onto every row read back (the row's own fields win).
+# The cell configuration fields copied onto every row read back. They identify the cell and win over a
+# row's own fields of the same name, which are kept as `row_<name>` (an lm-eval row names the spec its
+# harness ran, e.g. w16-a16-kv:16 for the baseline, which must not relabel the cell).
 ROW_CONFIG_COLUMNS = ("model", "config", "spec", "spec_hash", "kind", "task")
 
 _SCHEMA = """
@@ -129,23 +133,46 @@ def _while_locked(statement, seconds: float = 30.0):
             time.sleep(0.02)
 
 
+class ReadOnlyStore(ValueError):
+    """A write to a store opened read-only (its file or folder is not writable)."""
+
+
+def _not_writable(path: Path) -> bool:
+    """Whether an existing store file, or the folder that holds it (where SQLite puts its -wal and -shm
+    files), cannot be written by this process (a read-only filesystem answers so even to root)."""
+    return path.is_file() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+
 class Store(SharedRuns):
     """The results of one or more sweeps in one SQLite file (WAL mode: readers never block the writer)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, read_only: bool | None = None):
+        """`read_only` None: read-only exactly when the file exists and it or its folder is not writable
+        (a store on a read-only filesystem, or another user's), so that it can still be read (status,
+        compare, cards); any write then raises ReadOnlyStore naming the path."""
         self.path = Path(path)
+        self.read_only = _not_writable(self.path) if read_only is None else read_only
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-            _while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
-            self._db.execute("PRAGMA foreign_keys=ON")
-            _while_locked(lambda: self._db.executescript(_SCHEMA))
+            if self.read_only:
+                self._db = self._connect_read_only()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
+                self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+                _while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+                self._db.execute("PRAGMA foreign_keys=ON")
+                _while_locked(lambda: self._db.executescript(_SCHEMA))
         except (sqlite3.DatabaseError, OSError) as e:
             kind = ("a folder" if self.path.is_dir() else "held by another process for over 30 s"
-                    if "locked" in str(e) else "not a store qdrift can open")
+                    if "locked" in str(e) else "on a read-only filesystem or in a folder qdrift cannot write"
+                    if "readonly" in str(e) or isinstance(e, PermissionError) or _not_writable(self.path)
+                    or not os.access(self.path.parent, os.W_OK)
+                    else "not a store qdrift can open")
             raise ValueError(f"store {self.path} is {kind} ({type(e).__name__}: {e}); a store is an SQLite file "
                              "qdrift writes: name a new file to start one, or the store a sweep wrote") from None
+        if self.read_only:
+            self._check_read_only()
+            return
         # Stores from before cells recorded their code gain the column at their first write, so that
         # reading one (a card, a status) leaves its file as it was.
         self._code_column = any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)"))
@@ -159,9 +186,57 @@ class Store(SharedRuns):
             raise ValueError(f"store {self.path} has schema_version {found[0]}; this qdrift reads version "
                              f"{SCHEMA_VERSION} only (write a new store, or use the qdrift that wrote it)")
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A read-only connection (`mode=ro`), which still sees what a writer commits meanwhile. SQLite
+        needs the WAL index (`-shm`) beside a WAL store to read it; where none is there and none can be
+        made (a read-only folder), the store is opened `immutable=1`, which reads the file as it is
+        without any locking: safe only because nothing can write to that folder, and only when no
+        write-ahead log holds commits the file lacks (they would be missed), which is refused instead."""
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no store file at {self.path}")
+        uri = f"file:{quote(str(self.path.resolve()))}"
+        shm, wal = (Path(f"{self.path}{x}") for x in ("-shm", "-wal"))
+        if shm.exists() or os.access(self.path.parent, os.W_OK):
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=30)
+        elif wal.exists() and wal.stat().st_size > 0:
+            raise ReadOnlyStore(
+                f"store {self.path} is read-only and its write-ahead log {wal} holds commits the store file "
+                "lacks, which SQLite cannot read without a WAL index beside it; copy the store with its -wal "
+                "file to a writable folder and read it there")
+        else:
+            db = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a file that is not SQLite fails here
+        return db
+
+    def _check_read_only(self) -> None:
+        """What __init__ checks of a store it cannot write (no schema is made, no old version migrated)."""
+        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"meta", "cells", "rows"} <= tables:
+            raise ValueError(f"store {self.path} (read-only) is not a store qdrift wrote: it has no meta, cells "
+                             "and rows tables; name the store a sweep wrote")
+        # Tables a store made by an older qdrift may lack, empty: nothing of it started or is pending.
+        for name in ("started", "holds", "pending_logs"):
+            if name not in tables:
+                self._db.execute(next(line for line in _SCHEMA.splitlines() if f"EXISTS {name} " in line)
+                                 .replace("CREATE TABLE", "CREATE TEMP TABLE"))
+        self._code_column = any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)"))
+        found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        if found is None or int(found[0]) not in (1, SCHEMA_VERSION):
+            raise ValueError(f"store {self.path} has schema_version {found and found[0]}; this qdrift reads "
+                             f"version {SCHEMA_VERSION} (and 1) only (use the qdrift that wrote it)")
+
+    def require_writable(self) -> None:
+        """Raise ReadOnlyStore if this store was opened read-only."""
+        if self.read_only:
+            raise ReadOnlyStore(
+                f"store {self.path} is read-only (the file or its folder is not writable, e.g. a read-only "
+                "filesystem): it can be read (sweep status, compare, cards) but not written; name a store in "
+                "a writable folder, or copy this one there to resume it")
+
     @contextmanager
     def _transaction(self):
         """BEGIN IMMEDIATE ... COMMIT, rolled back on any error: all of it is written, or none."""
+        self.require_writable()
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
@@ -379,7 +454,8 @@ class Store(SharedRuns):
         return out
 
     def rows(self, kind: str = "episode", keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """The tidy rows of `kind` of every done cell (or of `keys`), each with its cell's config columns."""
+        """The tidy rows of `kind` of every done cell (or of `keys`), each with its cell's config columns
+        and key (`cell`); a row's own fields of those names are kept as `row_<name>`."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         query = ("SELECT r.cell, c.config, r.data FROM rows r JOIN cells c ON c.key = r.cell "
@@ -395,7 +471,9 @@ class Store(SharedRuns):
             if cell not in configs:
                 parsed = json.loads(config)
                 configs[cell] = {c: parsed[c] for c in ROW_CONFIG_COLUMNS if c in parsed}
-            out.append({**configs[cell], "cell": cell, **json.loads(data)})
+            row = json.loads(data)
+            own = {(f"row_{k}" if k in configs[cell] or k == "cell" else k): v for k, v in row.items()}
+            out.append({**own, **configs[cell], "cell": cell})
         return out
 
     def frame(self, kind: str = "episode"):

@@ -3,6 +3,7 @@
 import json
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -343,3 +344,37 @@ def test_a_result_recorded_with_its_weights_pins_them_when_no_run_has(tmp_path):
         assert store.model_fingerprints() == {"m": "1" * 64}
         with pytest.raises(WeightsChanged):
             store.record_done("k2", {"model": "m"}, {"episode": []}, 0.0, 1.0, weights=("m", "2" * 64))
+
+
+def test_a_store_that_cannot_be_written_is_read_read_only_and_a_write_says_read_only(tmp_path, monkeypatch):
+    # A store on a read-only filesystem (or another user's): WAL mode would need to write, so it opened as
+    # "not a store" and could not even be reported. Root is let write anywhere here, so the check is faked.
+    import qdrift.store as store_module
+    from qdrift.store import ReadOnlyStore
+
+    path = tmp_path / "s.sqlite"
+    with Store(path) as s:
+        s.record_done("k1", {"model": "m", "spec": "baseline"}, {"episode": [{"seed": 1}]}, 1.0, 2.0)
+    assert not Path(f"{path}-shm").exists()  # closed cleanly: no WAL index left, so it is opened immutable
+    monkeypatch.setattr(store_module.os, "access", lambda p, mode: mode != os.W_OK)
+    with Store(path) as s:
+        assert s.read_only and s.status("k1") == "done" and s.rows("episode")[0]["seed"] == 1
+        assert s.interrupted() == set()
+        with pytest.raises(ReadOnlyStore, match=f"store {path} is read-only"):
+            s.record_done("k2", {"model": "m"}, {}, 1.0, 2.0)
+    assert Store(path, read_only=True).status("k1") == "done"
+
+
+def test_a_cells_identifying_columns_win_over_a_rows_own_fields(tmp_path):
+    # lm-eval item rows name the spec their harness ran (w16-a16-kv:16 for the baseline): the baseline
+    # cell's rows must still say "baseline", or reports pair and title it as another spec.
+    with Store(tmp_path / "s.sqlite") as s:
+        s.record_done("k1", {"model": "m", "config": "baseline", "spec": "baseline", "spec_hash": None,
+                             "kind": "short_form", "task": "mmlu_local"},
+                      {"item": [{"item": "a/x/0", "correct": True, "spec": "w16-a16-kv:16", "spec_hash": "ab",
+                                 "task": "mmlu_local_anatomy", "cell": "theirs"}]}, 1.0, 2.0)
+        (row,) = s.rows("item")
+    assert (row["spec"], row["config"], row["spec_hash"], row["task"], row["cell"]) == (
+        "baseline", "baseline", None, "mmlu_local", "k1")
+    assert (row["row_spec"], row["row_spec_hash"], row["row_task"], row["row_cell"]) == (
+        "w16-a16-kv:16", "ab", "mmlu_local_anatomy", "theirs")

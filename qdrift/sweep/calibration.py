@@ -30,12 +30,25 @@ class Calibration:
     samples: int = 8
     knobs: tuple[tuple[str, int], ...] = ()
     prompt: tuple[tuple[str, Any], ...] = ()  # tool_prompt_for options
+    # sha256 of a path environment's file (None for a built-in one, which goes with qdrift_version), read
+    # when a cell is made (`cells.make_cell`, `with_source`): editing the file gives the cells new keys.
+    env_sha256: str | None = None
 
     def config(self) -> dict[str, Any]:
         out = {"env": self.env, "horizon": self.horizon, "samples": self.samples, "knobs": dict(self.knobs)}
         if self.prompt:
             out["prompt"] = dict(self.prompt)
+        if self.env_sha256 is not None:  # only when set, so cells calibrated on built-in environments keep their keys
+            out["env_sha256"] = self.env_sha256
         return out
+
+    def with_source(self) -> Calibration:
+        """This calibration with its environment file's sha256 as it reads now (`path_source_sha256`)."""
+        from dataclasses import replace
+
+        from qdrift.envs.registry import path_source_sha256
+
+        return replace(self, env_sha256=path_source_sha256(self.env))
 
     def batches(self, tokenizer) -> list:
         """One input-id tensor per training seed: the oracle conversation as the model's prompt renders it."""

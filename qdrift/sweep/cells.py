@@ -7,12 +7,16 @@ configuration, so a finished cell is recognised on a rerun and any change makes 
 
 from __future__ import annotations
 
+import glob
+import hashlib
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from qdrift.repo_paths import DATA_ENV
 from qdrift.store import cell_key
 from qdrift.sweep.calibration import Calibration
-from qdrift.sweep.file import BASELINE, AgentTask, ShortFormTask, Sweep
+from qdrift.sweep.file import BASELINE, BATCH, AgentTask, ShortFormTask, Sweep
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class Cell:
     # The sweep's batch, only for specs that round activations or the KV cache stochastically: their
     # random stream runs over the whole batch, so the batch size changes their results.
     batch: int | None = None
+    # sha256 over a short-form task's data files outside the checkout (the shared data, $QDRIFT_SHARED_DATA),
+    # read when the cell is made (`data_source`): files in the checkout are in the code fingerprint already.
+    data_sha256: str | None = None
 
     def config(self) -> dict[str, Any]:
         import qdrift
@@ -68,6 +75,8 @@ class Cell:
                 config["drift"] = True
         else:
             config.update(runner=t.runner, limit=t.limit, options=dict(t.options))
+            if self.data_sha256 is not None:  # only when read from outside the checkout, so other cells keep their keys
+                config["data_sha256"] = self.data_sha256
         return config
 
     @property
@@ -75,9 +84,10 @@ class Cell:
         return cell_key(self.config())
 
     def baseline(self) -> Cell:
-        """The baseline cell this variant pairs with: the same model, task and horizon, no calibration
-        (calibration is made only for specs with static scales, as `expand` does)."""
-        return replace(self, spec=BASELINE, calibration=None)
+        """The baseline cell this variant pairs with, as `make_cell` makes it: the same model, task and
+        horizon, with neither calibration (only specs with static scales have one) nor batch (only `~sr`
+        specs are keyed by it)."""
+        return replace(self, spec=BASELINE, calibration=None, batch=None)
 
     @property
     def label(self) -> str:
@@ -98,9 +108,69 @@ def make_cell(sweep: Sweep, model: str, spec: str, task, horizon: int | None) ->
     calibration only for specs with static scales, its dtype and device kind, a path environment's file hash."""
     from qdrift.sweep.calibration import needs_calibration
 
-    return Cell(model, spec, task, horizon, calibration=sweep.calibration if needs_calibration(spec) else None,
-                dtype=sweep.dtype, env_sha256=env_source(task), device=device_kind(sweep.device),
-                batch=sweep.batch if rounds_per_batch(spec) else None)
+    calibration = sweep.calibration.with_source() if sweep.calibration and needs_calibration(spec) else None
+    return Cell(model, spec, task, horizon, calibration=calibration, dtype=None if sweep.dtype == "float32" else sweep.dtype,
+                env_sha256=env_source(task), device=device_kind(sweep.device),
+                batch=batch_key(sweep.batch, task) if rounds_per_batch(spec) else None, data_sha256=data_source(task))
+
+
+def batch_key(batch: int, task) -> int:
+    """The batch a `~sr` cell is keyed by: what its random stream runs over is the chunk of seeds an agent
+    task runs at once, `min(batch, seeds)`, so every batch giving the default's chunk keys as the default
+    (cells of sweeps that left `batch` out keep their keys) and any other as its chunk."""
+    if not isinstance(task, AgentTask):
+        return batch
+    chunk = min(batch, len(task.seeds))
+    return BATCH if chunk == min(BATCH, len(task.seeds)) else chunk
+
+
+# (path, mtime_ns, size) -> sha256 of the file's bytes: each data file is read once per process
+_FILE_SHA256: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _FILE_SHA256:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _FILE_SHA256[key] = h.hexdigest()
+    return _FILE_SHA256[key]
+
+
+def data_source(task) -> str | None:
+    """sha256 over the bytes of an lm-eval short-form task's data files that lie outside the checkout (the
+    shared data, found at run time under $QDRIFT_SHARED_DATA), or None where it has none there.
+
+    The cell key must change with the items a cell is measured on: other data under the same task name
+    would otherwise resume as "already done", and variants would pair with a baseline of other items.
+    Files inside the checkout (evals/) are covered by the code fingerprint, so those cells keep their keys."""
+    if not isinstance(task, ShortFormTask) or task.runner != "lmeval":
+        return None
+    from qdrift.lmeval.tasks import resolve_tasks
+    from qdrift.repo_paths import REPO
+
+    specs, _ = resolve_tasks([task.task])  # as the runner resolves the name (gsm8k_local, mmlu_local_<subject>, ...)
+    files: list[tuple[str, str]] = []  # (split, pattern) of every task config with local data
+    for spec in specs:
+        data_files = spec.get("dataset_kwargs", {}).get("data_files") if isinstance(spec, dict) else None
+        for split, value in sorted((data_files or {}).items()):
+            files += [(split, p) for p in (value if isinstance(value, list) else [value])]
+    h, outside = hashlib.sha256(), False
+    for split, pattern in files:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched or not all(Path(m).is_file() for m in matched):
+            raise FileNotFoundError(f"short-form task {task.task!r}: no data file at {pattern} (split {split!r}); "
+                                    f"set ${DATA_ENV} to the folder holding the shared benchmark data")
+        for m in matched:
+            path = Path(m).resolve()
+            if path.is_relative_to(REPO):
+                continue
+            outside = True
+            h.update(f"{split}\0{path.name}\0{_file_sha256(path)}\n".encode())
+    return h.hexdigest() if outside else None
 
 
 def rounds_per_batch(spec: str) -> bool:

@@ -57,6 +57,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens", "prompt", "drift")
 PROMPT_KEYS = ("mode", "parser", "prefill_opening", "prefill_extra")
 PROMPT_MODES = ("auto", "native", "prompted")
+PROMPT_DEFAULTS = {"mode": "auto", "parser": None, "prefill_opening": False, "prefill_extra": ""}  # tool_prompt_for's
+BATCH = 50  # the default batch (episodes in lockstep)
 SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
 KINDS = ("agent", "short_form")
 WANDB_KEYS = ("project", "entity", "mode", "dir")
@@ -113,7 +115,7 @@ class Sweep:
     models: tuple[str, ...]
     specs: tuple[str, ...]  # "baseline" or canonical spec strings
     tasks: tuple[AgentTask | ShortFormTask, ...]
-    batch: int = 50
+    batch: int = BATCH
     threads: int | None = None
     description: str = ""
     source: str = field(default="<string>", compare=False)
@@ -190,7 +192,7 @@ def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep"
     models = _models(c, data)
     specs = _specs(c, data)
     tasks = _tasks(c, data)
-    batch = c.int_field(data, "batch", "", 1, 50)
+    batch = c.int_field(data, "batch", "", 1, BATCH)
     threads = c.int_field(data, "threads", "", 1, None)
     executor = data.get("executor", "local")
     if executor not in EXECUTORS:
@@ -258,7 +260,8 @@ def _calibration(c: _Checker, data: LineDict, specs: tuple[str, ...]) -> Calibra
     except (ValueError, TypeError) as e:
         c.error(line, f"calibration: {e}")
         return None
-    return Calibration(env, horizon, samples, tuple(sorted(knobs.items())), prompt)
+    return Calibration(env, horizon, samples, tuple(sorted(without_defaults(load_environment(env), knobs).items())),
+                       prompt)
 
 
 def _prompt(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any], ...]:
@@ -287,7 +290,8 @@ def _prompt(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any], 
     elif prompt.get("prefill_extra") and not prompt.get("prefill_opening"):
         c.error(prompt.line_of("prefill_extra"), f"{where}prompt.prefill_extra: follows the call opening; "
                                                  "set prefill_opening: true too")
-    return tuple(sorted(prompt.items()))
+    # Options at tool_prompt_for's defaults are dropped: writing one out measures the same thing, so it keeps the key.
+    return tuple(sorted((k, v) for k, v in prompt.items() if k not in PROMPT_DEFAULTS or v != PROMPT_DEFAULTS[k]))
 
 
 def _wandb(c: _Checker, data: LineDict) -> WandbOptions | None:
@@ -469,7 +473,19 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         if repeated:
             c.error(task.line_of("seeds"), f"{where}seeds: {repeated}")
             return None
+    knobs = without_defaults(cls, knobs) if cls is not None else knobs
     return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt, drift)
+
+
+def without_defaults(cls, knobs: dict) -> dict:
+    """`knobs` less those set to the environment's default (its `knobs` table; a ToolEnv's `slack` too):
+    the environment is the same with or without them, so writing a default out keeps the cells' keys."""
+    from qdrift.envs.toolenv import ToolEnv
+
+    defaults = {k: getattr(v, "default", v) for k, v in getattr(cls, "knobs", {}).items()}
+    if isinstance(cls, type) and issubclass(cls, ToolEnv):
+        defaults.setdefault("slack", 0)
+    return {k: v for k, v in knobs.items() if k not in defaults or defaults[k] != v}
 
 
 def _max_horizon(cls) -> float:

@@ -31,7 +31,9 @@ class CellRunner:
     def __call__(self, cell: Cell) -> dict[str, list[dict]]:
         from qdrift.quant import reseed_rounding
 
+        _same_environment_file(cell)  # the calibration's too, read as the variant is made
         model, tokenizer = self.models.get(cell.model, cell.spec, cell.calibration)
+        _same_environment_file(cell)  # edited while the calibration trajectories were rendered
         # A variant is kept across cells of its spec: its stochastic rounding starts over in each, so that
         # a cell's results do not depend on which cells this process ran before it.
         reseed_rounding(model)
@@ -39,7 +41,6 @@ class CellRunner:
             drift = cell.task.drift and cell.spec != BASELINE
             baseline = self.models.get(cell.model, BASELINE)[0] if drift else None
             traces = self.baseline_traces if cell.task.drift else None
-            _same_environment_file(cell)
             rows = run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline, traces=traces)
             _same_environment_file(cell)  # edited while the cell ran: its rows may come from either file
             return rows
@@ -47,18 +48,23 @@ class CellRunner:
 
 
 def _same_environment_file(cell: Cell) -> None:
-    """Refuse to run (or keep) a cell whose path environment's file changed since the cell was made:
-    the registry reloads an edited file, and the cell's key names the file it was made from."""
-    if cell.env_sha256 is None:
-        return
-    from qdrift.sweep.cells import env_source
+    """Refuse to run (or keep) a cell whose path environment's file (its task's, or its calibration's)
+    changed since the cell was made: the registry reloads an edited file, and the cell's key names the
+    file it was made from."""
+    from qdrift.envs.registry import path_source_sha256
 
-    now = env_source(cell.task)
-    if now != cell.env_sha256:
-        raise RuntimeError(
-            f"the environment file of {cell.task.env!r} changed since this sweep started (sha256 "
-            f"{cell.env_sha256[:10]}... then, {now[:10]}... now): this cell's key names the file it was made from. "
-            "Rerun the sweep to measure the edited file under its own keys")
+    made = []
+    if cell.env_sha256 is not None:
+        made.append(("environment", cell.task.env, cell.env_sha256))
+    if cell.calibration is not None and cell.calibration.env_sha256 is not None:
+        made.append(("calibration environment", cell.calibration.env, cell.calibration.env_sha256))
+    for what, ref, then in made:
+        now = path_source_sha256(ref)
+        if now != then:
+            raise RuntimeError(
+                f"the {what} file of {ref!r} changed since this sweep started (sha256 {then[:10]}... then, "
+                f"{now[:10]}... now): this cell's key names the file it was made from. "
+                "Rerun the sweep to measure the edited file under its own keys")
 
 
 def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,

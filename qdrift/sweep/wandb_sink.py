@@ -15,6 +15,7 @@ wandb is an optional dependency (`pip install 'qdrift[wandb]'`), imported only w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import netrc
 import os
@@ -127,6 +128,10 @@ class WandbSink:
         t0 = time.perf_counter()
         cell = result.cell
         run = wandb.init(
+            # One run per cell whatever the tries: a run interrupted while logging is resumed by the next,
+            # not left beside it (offline, each try writes its folder under the same id and `wandb sync`
+            # uploads them into one run). Under `wandb agent` the agent names the run (WANDB_RUN_ID) instead.
+            id=None if os.environ.get("WANDB_RUN_ID") else self.run_id(cell), resume="allow",
             project=self.options.project, entity=self.options.entity, group=self.sweep_name,
             name=cell.label, job_type=cell.task.kind, tags=[t[:64] for t in (cell.model, cell.spec, cell.task.name)],  # W&B caps tags at 64
             config=run_config(cell, self.sweep_name, result.code), dir=str(self.dir), mode=self.mode,
@@ -138,7 +143,9 @@ class WandbSink:
         try:
             if result.error is None:
                 run.log(self._payload(cell, result.rows or {}))
-                run.summary.update({"status": "done", "wall_s": result.finished - result.started})
+                # error/traceback cleared: a done retry resumes the run of the cell's failed try
+                run.summary.update({"status": "done", "error": None, "traceback": None,
+                                    "wall_s": result.finished - result.started})
                 exit_code = 0
             else:
                 run.summary.update({"status": "failed", "error": result.error.splitlines()[0],
@@ -150,6 +157,11 @@ class WandbSink:
         run.finish(exit_code=exit_code)
         self.seconds += time.perf_counter() - t0
         self.runs += 1
+
+    def run_id(self, cell: Cell) -> str:
+        """The W&B run id of `cell` under this sink: a hash of the sink's name (entity/project) and the
+        cell's key, so every try at logging one cell writes one run (wandb ids: no ':;,#?/' characters)."""
+        return hashlib.sha256(f"{self.name}\0{cell.key}".encode()).hexdigest()[:24]
 
     def _payload(self, cell: Cell, rows: dict[str, list[dict]]) -> dict[str, Any]:
         import matplotlib.pyplot as plt

@@ -113,3 +113,22 @@ def test_a_calibrated_variant_pairs_with_the_baseline_cell_the_sweep_runs():
     static = [c for c in cells if c.spec == STATIC]
     assert static and all(c.calibration is not None for c in static)
     assert all(c.baseline().key in baseline_keys for c in cells)  # what W&B's paired metrics look up
+
+
+def test_editing_the_calibration_environment_file_gives_static_cells_new_keys_and_stops_a_running_sweep(tmp_path):
+    # The calibration trajectories come from that file: results calibrated on the old one must not resume.
+    from pathlib import Path
+
+    from qdrift.sweep.runners import CellRunner
+
+    env = tmp_path / "calenv.py"
+    env.write_text(Path("agents/pointer_chase.py").read_text())
+    text = sweep_text(calibration=f"calibration: {{env: {env}@PointerChase, horizon: 3, samples: 2}}\n")
+    before = {c.spec: c for c in expand(parse_sweep(text))}
+    assert len(before[STATIC].config()["calibration"]["env_sha256"]) == 64
+    env.write_text(env.read_text() + "\n# edited\n")
+    after = {c.spec: c for c in expand(parse_sweep(text))}
+    assert after[STATIC].key != before[STATIC].key
+    assert after["w8-a16-kv:16"].key == before["w8-a16-kv:16"].key  # not calibrated: not keyed by the file
+    with pytest.raises(RuntimeError, match="calibration environment file .* changed since this sweep started"):
+        CellRunner(batch=1)(before[STATIC])

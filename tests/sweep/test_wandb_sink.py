@@ -375,3 +375,47 @@ def test_cells_missed_by_a_failed_wandb_sink_are_logged_by_the_next_sweep_run(tm
     assert set(runs) == cells and len(list((tmp_path / "wandb").glob("offline-run-*"))) == len(cells)  # none twice
     assert all(r["exit_code"] == 0 and r["summary"]["episodes"] == 2 for r in runs.values())
     assert main(args) == 0 and "were logged now" not in capsys.readouterr().out
+
+
+def test_a_stochastic_rounding_variant_is_logged_with_its_paired_comparison(tmp_path, offline_env):
+    # A ~sr cell is keyed by its batch, its baseline cell is not: looked up with the batch, no baseline was found.
+    from qdrift.sweep.file import WandbOptions
+
+    text = TEXT.replace("w8-a16-kv:16", "w16-a16-kv:4~sr2@dyn").split("  - env: ledger")[0]
+    text += "  - kind: short_form\n    runner: fake_items\n    task: parity\nbatch: 4\n"
+    shortform.register("fake_items", fake_items)
+    try:
+        with Store(tmp_path / "r.sqlite") as store:
+            sink = WandbSink(WandbOptions(project="p", mode="offline"), "s", store, tmp_path, announce=str)
+            assert run_sweep(parse_sweep(text), store, progress=False, on_result=sink).done == 2
+    finally:
+        shortform.unregister("fake_items")
+    variant = next(r for r in runs_by_key(tmp_path).values() if r["config"]["spec"] != "baseline")
+    assert variant["config"]["batch"] == 4
+    assert variant["summary"]["paired/diff"] == pytest.approx(-1 / 8)
+
+
+def test_every_try_at_logging_a_cell_writes_one_run_id(tmp_path, offline_env):
+    # A sweep interrupted while logging a cell logs it again on its next run: that must resume the same
+    # W&B run (one per cell), not leave a second one beside the first.
+    from qdrift.sweep.execute import CellResult
+    from qdrift.sweep.file import WandbOptions
+
+    shortform.register("fake_items", fake_items)
+    try:
+        (cell,) = unique_cells(parse_sweep(TEXT.split("  - env: ledger")[0].replace(", w8-a16-kv:16", "")
+                                           + "  - kind: short_form\n    runner: fake_items\n    task: parity\n"))
+    finally:
+        shortform.unregister("fake_items")
+    result = CellResult(cell, {"item": fake_items(None, None, None)}, None, 1.0, 2.0)
+    sink = WandbSink(WandbOptions(project="p", mode="offline"), "s", None, tmp_path, announce=str)
+    sink(result)
+    sink(result)
+    import wandb
+
+    wandb.teardown()  # the service writes the logs asynchronously
+    logs = [next(f.glob("run-*.wandb")) for f in sorted((tmp_path / "wandb").glob("offline-run-*"))]
+    ids = [r.run.run_id for log in logs for r in records(log) if r.WhichOneof("record_type") == "run"]
+    assert ids == [sink.run_id(cell)] * 2  # offline, each try has its folder; `wandb sync` makes them one run
+    other = WandbSink(WandbOptions(project="q", mode="offline"), "s", None, tmp_path, announce=str)
+    assert other.run_id(cell) != sink.run_id(cell)  # another project's run of the cell is its own

@@ -88,7 +88,10 @@ class ModelResults:
             groups = defaultdict(list)
             for r in store.rows(kind, keys=done):
                 if r["model"] == model:
-                    groups[r["task"]].append(r)
+                    # lm-eval's own (sub)task of an item (`row_task`; the store's `task` is the cell's): a
+                    # group task's cell runs several, each paired and tabled on its own
+                    task = r.get("row_task", r["task"])
+                    groups[task].append({**r, "task": task})
             target.update(groups)
         return out
 

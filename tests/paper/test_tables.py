@@ -159,3 +159,27 @@ def test_a_point_estimate_within_the_margin_is_not_called_equivalent_unless_its_
     assert b["ci"][0] < mean - 1.9 * se and b["ci"][1] > mean + 1.9 * se  # at least a normal 95% interval
     assert b["ci"][0] < 0 < 0.01 < b["ci"][1] and not b["equivalent"] and b["n"] == 100
     assert b["reach"] == pytest.approx(max(-b["ci"][0], b["ci"][1]))
+
+
+def test_items_of_a_group_task_are_tabled_by_their_own_subtask(tmp_path):
+    # lm-eval runs a group task's subtasks in one cell; doc_ids repeat across subtasks, so the items
+    # must be paired per subtask (the row's own task), not pooled under the cell's task.
+    from qdrift.store import Store
+
+    def rows(spec, wrong):
+        return [{"task": sub, "filter": "none", "doc_id": i, "correct": i not in wrong, "answer": "A", "pred": 0,
+                 "gold": 0, "spec": spec, "model": "m", "item": f"{sub}/{i}", "output_type": "multiple_choice",
+                 "choice_logprob": [-0.1, -2.0], "gold_logprob": -0.1} for sub in ("grp_a", "grp_b") for i in range(20)]
+
+    with Store(tmp_path / "s.sqlite") as s:
+        for key, spec, wrong in (("kb", "baseline", set()), ("kv", "w8-a16-kv:16", {1})):
+            s.record_done(key, {"model": "m", "config": spec, "spec": spec, "spec_hash": None, "kind": "short_form",
+                                "task": "grp"}, {"item": rows("w16-a16-kv:16" if spec == "baseline" else spec, wrong)},
+                          1.0, 2.0)
+        res = ModelResults.from_store(s, "m", {"baseline": "base", "w8-a16-kv:16": "w8"}, {"kb", "kv"})
+    assert {k: len(v) for k, v in res.items.items()} == {"grp_a": 40, "grp_b": 40}
+    assert {r["config"] for r in res.items["grp_a"]} == {"baseline", "w8-a16-kv:16"}
+    for sub in ("grp_a", "grp_b"):
+        result, err = res.short_form(sub, "w8-a16-kv:16")
+        assert result is not None, err
+        assert res.accuracy(sub, "w8-a16-kv:16") == (19 / 20, 20)

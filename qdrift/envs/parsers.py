@@ -185,9 +185,9 @@ class HermesParser:
 
     name = "hermes"
     opening = "<tool_call>\n"
-    call_marker = "<tool_call>"  # where call markup starts: the text before it is the turn's content
     stop_strings = ("</tool_call>",)
     _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+    call_marker = _OPEN  # where call markup starts: the text before it is the turn's content
     _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
     def render(self, call: ToolCall) -> str:

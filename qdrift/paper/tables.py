@@ -53,6 +53,17 @@ def md_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def sci_ci(row: dict) -> str:
+    """An estimate with its interval, in scientific notation: `1.2e-05 [8.3e-06, 1.6e-05]`."""
+    return f"{sci(row['estimate'])} [{sci(row['ci_low'])}, {sci(row['ci_high'])}]"
+
+
+def horizon_table(first: str, names: list[tuple[str, str]], horizons: list[int], cell) -> str:
+    """A table of one row per (key, label) in `names` and one column per horizon, cell(key, h) in each."""
+    return md_table([first] + [f"L = {h}" for h in horizons],
+                    [[label] + [cell(key, h) for h in horizons] for key, label in names])
+
+
 @dataclass
 class ModelResults:
     """One model's rows from a store, and the analyses the paper reports on them."""
@@ -197,22 +208,15 @@ class ModelResults:
         return [v for v in self.variants(env) if _below(self.interaction(env, v).get("p_value"), alpha)]
 
     def success_table(self, env: str) -> str:
-        hs = self.horizons(env)
-        rows = []
-        for c in self.configs(env):
-            rows.append([self.label(c)] + [self._frac(*self.success(env, c, h)) for h in hs])
-        return md_table(["config"] + [f"L = {h}" for h in hs], rows)
+        return horizon_table("config", [(c, self.label(c)) for c in self.configs(env)], self.horizons(env),
+                             lambda c, h: self._frac(*self.success(env, c, h)))
 
     def step_accuracy_table(self, env: str) -> str:
-        hs = self.horizons(env)
-        rows = []
-        for c in self.configs(env):
-            cells = []
-            for h in hs:
-                k, n = self.step_accuracy(env, c, h)
-                cells.append(fmt(k / n, 4) if n else "–")
-            rows.append([self.label(c)] + cells)
-        return md_table(["config"] + [f"L = {h}" for h in hs], rows)
+        def accuracy(c, h):
+            k, n = self.step_accuracy(env, c, h)
+            return fmt(k / n, 4) if n else "–"
+
+        return horizon_table("config", [(c, self.label(c)) for c in self.configs(env)], self.horizons(env), accuracy)
 
     def step_error_table(self, env: str) -> str:
         res, err = self.step_error(env)
@@ -271,9 +275,8 @@ class ModelResults:
     def accuracy_difference_ci(self, task: str, variant: str) -> tuple[float, float]:
         """The 95% interval of the paired accuracy difference (variant - baseline); nan where not computed."""
         res, _ = self.short_form(task, variant)
-        rows = [r for r in (res.rows if res is not None else [])
-                if r["quantity"] in ("accuracy difference (CLT)", "difference (CLT)")]
-        return (rows[0]["ci_low"], rows[0]["ci_high"]) if rows else (math.nan, math.nan)
+        d = _quantity(res, *DIFFERENCE) if res is not None else None
+        return (d["ci_low"], d["ci_high"]) if d else (math.nan, math.nan)
 
     def validity_table(self, env: str) -> str:
         """Over all scored steps per config: calls that parse as JSON, that validate against the tool's
@@ -372,19 +375,15 @@ class ModelResults:
 
     def drift_by_horizon_table(self, env: str) -> str:
         """The KL slope within the episodes of each horizon, per variant: slope [95% CI], one-sided p (grows)."""
-        hs = self.drift_horizons(env)
-        rows = []
-        for v in self.drift_variants(env):
-            cells = []
-            for h in hs:
-                res, err = self.drift_trend_at(env, v, h)
-                t = res.row(quantity=KL_SLOPE) if res is not None else None
-                if t is None or t["p_growth"] is None:
-                    cells.append(f"not computed: {err}" if res is None else "–")
-                else:
-                    cells.append(f"{sci(t['estimate'])} [{sci(t['ci_low'])}, {sci(t['ci_high'])}], p = {fmt(t['p_growth'])}")
-            rows.append([self.label(v), *cells])
-        return md_table(["variant"] + [f"L = {h}" for h in hs], rows)
+        def slope(v, h):
+            res, err = self.drift_trend_at(env, v, h)
+            if res is None:
+                return f"not computed: {err}"
+            t = res.row(quantity=KL_SLOPE)
+            return "–" if t["p_growth"] is None else f"{sci_ci(t)}, p = {fmt(t['p_growth'])}"
+
+        return horizon_table("variant", [(v, self.label(v)) for v in self.drift_variants(env)],
+                             self.drift_horizons(env), slope)
 
     def drift_table(self, env: str, horizon: int) -> str:
         growth = self.drift_growth(env)
@@ -403,10 +402,10 @@ class ModelResults:
                 slope, p, p_holm = f"not computed: {terr}", "–", "–"
             else:
                 t = trend.row(quantity=KL_SLOPE)
-                slope, p = f"{sci(t['estimate'])} [{sci(t['ci_low'])}, {sci(t['ci_high'])}]", fmt(t["p_growth"])
+                slope, p = sci_ci(t), fmt(t["p_growth"])
                 p_holm = fmt(held[1]) if held else "–"
             rows.append([self.label(v), f"{summary.n['tokens']:,}",
-                         f"{sci(kl['estimate'])} [{sci(kl['ci_low'])}, {sci(kl['ci_high'])}]", flips, sci(early),
+                         sci_ci(kl), flips, sci(early),
                          sci(late), slope, p, p_holm])
         return md_table(["variant", "tokens", "mean KL [95% CI]", "top-1 flips", f"mean KL, first tenth (L = {horizon})",
                          f"last tenth (L = {horizon})", "KL slope per 100 steps [95% CI]", "p (one-sided, grows)",
@@ -472,19 +471,25 @@ def kv_only(config: str) -> bool:
     return s.prefill.is_noop and s.decode.is_noop
 
 
+# The accuracy difference's row: a ShortFormResult (lm-eval items) names it one way, a PairedResult the other.
+DIFFERENCE = ("accuracy difference (CLT)", "difference (CLT)")
+
+
+def _quantity(res, *names) -> dict | None:
+    """The first of `res`'s rows whose quantity is one of `names`, in the order given; None if none is."""
+    for name in names:
+        for r in res.rows:
+            if r["quantity"] == name:
+                return r
+    return None
+
+
 def _short_numbers(res) -> tuple[str, str, str, str]:
     """(difference with CI, McNemar p, flip rate, KL) from a ShortFormResult or a PairedResult."""
-    def get(*names):
-        for name in names:
-            for r in res.rows:
-                if r["quantity"] == name:
-                    return r
-        return None
-
-    d = get("accuracy difference (CLT)", "difference (CLT)")
-    m = get("accuracy McNemar exact", "McNemar exact")
-    f = get("flip rate")
-    k = get("mean KL(base||variant) over choices")
+    d = _quantity(res, *DIFFERENCE)
+    m = _quantity(res, "accuracy McNemar exact", "McNemar exact")
+    f = _quantity(res, "flip rate")
+    k = _quantity(res, "mean KL(base||variant) over choices")
     diff = f"{fmt(d['estimate'])} {ci((d['ci_low'], d['ci_high']))}" if d else "–"
     return (diff, fmt(m["p_value"]) if m else "–", fmt(f["estimate"]) if f else "–",
             fmt(k["estimate"], 4) if k else "–")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +89,7 @@ class Cell:
         """The baseline cell this variant pairs with, as `make_cell` makes it: the same model, task and
         horizon, with neither calibration (only specs with static scales have one) nor batch (only `~sr`
         specs are keyed by it)."""
-        return replace(self, spec=BASELINE, calibration=None, batch=None)
+        return replace(self, spec=BASELINE, **spec_fields(BASELINE, self.task, self.calibration, self.batch))
 
     @property
     def label(self) -> str:
@@ -106,12 +108,18 @@ def env_source(task) -> str | None:
 def make_cell(sweep: Sweep, model: str, spec: str, task, horizon: int | None) -> Cell:
     """The cell of one (model, spec, task, horizon) of `sweep`, as every path makes it: the sweep's
     calibration only for specs with static scales, its dtype and device kind, a path environment's file hash."""
+    return Cell(model, spec, task, horizon, dtype=None if sweep.dtype == "float32" else sweep.dtype,
+                env_sha256=env_source(task), device=device_kind(sweep.device), data_sha256=data_source(task),
+                **spec_fields(spec, task, sweep.calibration, sweep.batch))
+
+
+def spec_fields(spec: str, task, calibration: Calibration | None, batch: int | None) -> dict[str, Any]:
+    """The cell fields that depend on the spec, for `make_cell` and `Cell.baseline` alike: the sweep's
+    calibration only for specs with static scales, its batch only for `~sr` specs."""
     from qdrift.sweep.calibration import needs_calibration
 
-    calibration = sweep.calibration.with_source() if sweep.calibration and needs_calibration(spec) else None
-    return Cell(model, spec, task, horizon, calibration=calibration, dtype=None if sweep.dtype == "float32" else sweep.dtype,
-                env_sha256=env_source(task), device=device_kind(sweep.device),
-                batch=batch_key(sweep.batch, task) if rounds_per_batch(spec) else None, data_sha256=data_source(task))
+    return {"calibration": calibration.with_source() if calibration and needs_calibration(spec) else None,
+            "batch": batch_key(batch, task) if rounds_per_batch(spec) else None}
 
 
 def batch_key(batch: int, task) -> int:
@@ -124,20 +132,35 @@ def batch_key(batch: int, task) -> int:
     return BATCH if chunk == min(BATCH, len(task.seeds)) else chunk
 
 
-# (path, mtime_ns, size) -> sha256 of the file's bytes: each data file is read once per process
-_FILE_SHA256: dict[tuple[str, int, int], str] = {}
+@cache
+def _file_sha256(path: str, mtime_ns: int, size: int) -> str:
+    """`file_sha256`, once per version of a file in a process (keyed by its mtime and size)."""
+    from qdrift.verify.requests import file_sha256
+
+    return file_sha256(path)
 
 
-def _file_sha256(path: Path) -> str:
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _FILE_SHA256:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _FILE_SHA256[key] = h.hexdigest()
-    return _FILE_SHA256[key]
+@cache
+def _outside_data_files(task_name: str, data_dir: str | None) -> tuple[tuple[str, Path], ...]:
+    """(split, path) of `task_name`'s data files outside the checkout, resolved as the runner resolves
+    the task: once per task and data folder in a process, not per cell."""
+    from qdrift.lmeval.tasks import resolve_tasks
+    from qdrift.repo_paths import REPO
+
+    specs, _ = resolve_tasks([task_name])  # as the runner resolves the name (gsm8k_local, mmlu_local_<subject>, ...)
+    files: list[tuple[str, str]] = []  # (split, pattern) of every task config with local data
+    for spec in specs:
+        data_files = spec.get("dataset_kwargs", {}).get("data_files") if isinstance(spec, dict) else None
+        for split, value in sorted((data_files or {}).items()):
+            files += [(split, p) for p in (value if isinstance(value, list) else [value])]
+    out = []
+    for split, pattern in files:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched or not all(Path(m).is_file() for m in matched):
+            raise FileNotFoundError(f"short-form task {task_name!r}: no data file at {pattern} (split {split!r}); "
+                                    f"set ${DATA_ENV} to the folder holding the shared benchmark data")
+        out += [(split, path) for path in (Path(m).resolve() for m in matched) if not path.is_relative_to(REPO)]
+    return tuple(out)
 
 
 def data_source(task) -> str | None:
@@ -149,28 +172,14 @@ def data_source(task) -> str | None:
     Files inside the checkout (evals/) are covered by the code fingerprint, so those cells keep their keys."""
     if not isinstance(task, ShortFormTask) or task.runner != "lmeval":
         return None
-    from qdrift.lmeval.tasks import resolve_tasks
-    from qdrift.repo_paths import REPO
-
-    specs, _ = resolve_tasks([task.task])  # as the runner resolves the name (gsm8k_local, mmlu_local_<subject>, ...)
-    files: list[tuple[str, str]] = []  # (split, pattern) of every task config with local data
-    for spec in specs:
-        data_files = spec.get("dataset_kwargs", {}).get("data_files") if isinstance(spec, dict) else None
-        for split, value in sorted((data_files or {}).items()):
-            files += [(split, p) for p in (value if isinstance(value, list) else [value])]
-    h, outside = hashlib.sha256(), False
-    for split, pattern in files:
-        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        if not matched or not all(Path(m).is_file() for m in matched):
-            raise FileNotFoundError(f"short-form task {task.task!r}: no data file at {pattern} (split {split!r}); "
-                                    f"set ${DATA_ENV} to the folder holding the shared benchmark data")
-        for m in matched:
-            path = Path(m).resolve()
-            if path.is_relative_to(REPO):
-                continue
-            outside = True
-            h.update(f"{split}\0{path.name}\0{_file_sha256(path)}\n".encode())
-    return h.hexdigest() if outside else None
+    files = _outside_data_files(task.task, os.environ.get(DATA_ENV))
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for split, path in files:
+        st = path.stat()
+        h.update(f"{split}\0{path.name}\0{_file_sha256(str(path), st.st_mtime_ns, st.st_size)}\n".encode())
+    return h.hexdigest()
 
 
 def rounds_per_batch(spec: str) -> bool:

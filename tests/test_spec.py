@@ -518,6 +518,7 @@ def test_a_served_fingerprint_names_the_spec_and_other_servers_name_none():
     assert served_fingerprint(spec) == f"qdrift-{__version__}-{QuantSpec.parse(spec).hash}"
     assert served_tag(served_fingerprint(spec)) == QuantSpec.parse(spec).hash
     assert served_tag(served_fingerprint(None)) == "baseline"
+    assert served_tag(served_fingerprint("w16-a16-kv:16")) == "baseline"  # a no-op spec is the unquantized model
     for other in ("fp_44709d6fcb", "", None, "qdrift-baseline"):
         assert served_tag(other) is None
 

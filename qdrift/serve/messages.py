@@ -55,7 +55,8 @@ def prompt_messages(request: ChatCompletionRequest, prompt: ToolPrompt) -> list[
             if calls and prompt.mode == "prompted":
                 rendered = "\n".join(prompt.parser.render(ToolCall(c["function"]["name"], c["function"]["arguments"]))
                                      for c in calls)
-                # content as the server returned it ends where the call began (its newline kept)
+                # one newline between content and call, as the parser renders a turn, unless the client's
+                # content already ends with one (servers that return the text before the call unstripped)
                 text = (text if text.endswith("\n") else f"{text}\n") + rendered if text else rendered
             msg = {"role": "assistant", "content": text}
             if calls:

@@ -12,11 +12,13 @@ _FINGERPRINT = re.compile(r"^qdrift-.+-(?P<tag>baseline|[0-9a-f]+)$")
 
 
 def served_fingerprint(spec: str | None) -> str:
-    """What a server serving `spec` (None or empty: unquantized) says it served."""
+    """What a server serving `spec` (None, empty or a no-op spec such as w16-a16-kv:16: unquantized)
+    says it served: every reader then takes "baseline" for unquantized, with no special case."""
     from qdrift import __version__
     from qdrift.spec.model import QuantSpec
 
-    tag = QuantSpec.parse(spec).hash if spec else "baseline"
+    parsed = QuantSpec.parse(spec) if spec else None
+    tag = parsed.hash if parsed is not None and not parsed.is_noop else "baseline"
     return f"qdrift-{__version__}-{tag}"
 
 

@@ -25,17 +25,27 @@ from pathlib import Path
 
 from qdrift.store import Store, canonical_json
 
-# Config fields that change what a task measures, apart from the spec and the seeds: cells that
-# differ in one are different measurements, reported apart and never paired with each other.
 # What makes two cells of one (model, spec, task, horizon) different measurements, shared by a baseline
 # and its variants: paired only within one setting. The code (qdrift's version, a path environment's
 # file) is part of it, so a baseline rerun on edited code is never paired with variants of the old.
-SETTING_KEYS = ("knobs", "prompt", "max_new_tokens", "runner", "limit", "options", "dtype", "device",
-                "qdrift_version", "env_sha256")
+# Everything in a cell's configuration (qdrift.sweep.cells.Cell.config) is its setting (knobs, prompt,
+# dtype, device, qdrift version, a path environment's or the shared data's sha256, ...) except what
+# names the cell: the model, the spec (under three names), what ran and its seeds (cells over disjoint
+# seeds of one setting are pooled). Listing what is left out, not what is kept, makes a new key part
+# of the setting without a second edit here.
+NOT_SETTING = ("model", "config", "spec", "spec_hash", "kind", "task", "horizon", "seeds")
+# Set on a quantized spec's cells only: its baseline's setting lacks them, so pairing leaves them out.
+VARIANT_ONLY = ("calibration", "batch", "drift")
+
+
+def setting(config: dict, leave_out: tuple[str, ...] = ()) -> dict:
+    """The part of a cell's configuration that makes two cells of one spec, task and horizon different
+    measurements (never pooled, never paired); `leave_out` drops more keys (VARIANT_ONLY, to pair)."""
+    return {k: v for k, v in config.items() if k not in NOT_SETTING + leave_out}
 
 
 def _setting(cfg: dict) -> str:
-    return canonical_json({k: cfg[k] for k in SETTING_KEYS if k in cfg})
+    return canonical_json(setting(cfg, VARIANT_ONLY))
 
 ITEM_COLS = ["env", "horizon", "seed", "trial"]
 

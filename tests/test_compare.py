@@ -202,3 +202,16 @@ def test_a_baseline_rerun_on_an_edited_environment_is_never_paired_with_variants
     text = out.read_text()
     assert "superseded" not in text and text.count("## organism on pointer_chase [") == 2
     assert f'"env_sha256":"{"b" * 64}"' in text
+
+
+def test_a_cells_setting_is_all_of_its_configuration_but_what_names_it():
+    # Any key a cell's configuration gains (the shared data's sha256, say) keeps settings apart in
+    # compare and in cards alike; pairing leaves out what only a variant's cells carry.
+    from qdrift.compare import VARIANT_ONLY, setting
+
+    config = {"model": "m", "config": "w8-a16-kv:16", "spec": "w8-a16-kv:16", "spec_hash": "h", "kind": "short_form",
+              "task": "gsm8k_local", "qdrift_version": "0.1.0", "runner": "lmeval", "data_sha256": "d",
+              "calibration": {"env": "pointer_chase"}, "batch": 8}
+    assert setting(config) == {"qdrift_version": "0.1.0", "runner": "lmeval", "data_sha256": "d",
+                               "calibration": {"env": "pointer_chase"}, "batch": 8}
+    assert setting(config, VARIANT_ONLY) == {"qdrift_version": "0.1.0", "runner": "lmeval", "data_sha256": "d"}

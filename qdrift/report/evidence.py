@@ -117,23 +117,11 @@ def _configs(rows: list[dict], baseline: str, variant: str, what: str) -> None:
             raise ValueError(f"no {what} rows for config {name!r} in the store; configs there: {sorted(have)}")
 
 
-# What a cell's configuration holds besides its setting: the model, the spec (under three names), what
-# ran and its seeds (cells over disjoint seeds of one setting are pooled, as `qdrift compare` pools them).
-_NOT_SETTING = ("model", "config", "spec", "spec_hash", "kind", "task", "horizon", "seeds")
-# Set on a quantized spec's cells only (qdrift.sweep.cells.Cell.config): its baseline's setting lacks them.
-_VARIANT_ONLY = ("calibration", "batch", "drift")
-
-
-def _setting(config: dict, leave_out: tuple[str, ...] = ()) -> dict:
-    """Everything that makes two cells of one spec, task and horizon different measurements (knobs,
-    prompt, dtype, device, qdrift version, ...): results of different settings are never pooled."""
-    return {k: v for k, v in config.items() if k not in _NOT_SETTING + leave_out}
-
-
 def _paired_groups(store, rows: list[dict], baseline: str, variant: str, place) -> list[tuple]:
     """(place, setting, variant rows, baseline rows) per place (`place(row)`: a task, or an environment
     and horizon) and setting of the variant's cells, each with the baseline's rows of that place and
     setting. A variant setting the baseline was not measured in is refused: a delta pairs like with like."""
+    from qdrift.compare import VARIANT_ONLY, setting
     from qdrift.store import canonical_json
 
     settings = {c["key"]: c["config"] for c in store.cells("done")}
@@ -142,20 +130,20 @@ def _paired_groups(store, rows: list[dict], baseline: str, variant: str, place) 
     for r in rows:
         config = settings[r["cell"]]
         if r["config"] == variant:
-            var[(place(r), canonical_json(_setting(config)))].append(r)
+            var[(place(r), canonical_json(setting(config)))].append(r)
         if r["config"] == baseline:
-            base[(place(r), canonical_json(_setting(config, _VARIANT_ONLY)))].append(r)
+            base[(place(r), canonical_json(setting(config, VARIANT_ONLY)))].append(r)
     out = []
     for (where, key), var_rows in sorted(var.items()):
-        setting = json.loads(key)
-        base_rows = base.get((where, canonical_json(_setting(setting, _VARIANT_ONLY))))
+        measured_in = json.loads(key)
+        base_rows = base.get((where, canonical_json(setting(measured_in, VARIANT_ONLY))))
         if not base_rows:
             have = [k for w, k in sorted(base) if w == where]
             raise ValueError(f"the store has no {baseline!r} results of {_place_text(where)} in the setting "
                              f"{variant!r} was measured in ({key}); the baseline's settings there: "
                              f"{'; '.join(have) or 'none'}. A delta pairs results measured alike: measure the "
                              "baseline in that setting")
-        out.append((where, setting, var_rows, base_rows))
+        out.append((where, measured_in, var_rows, base_rows))
     return out
 
 

@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="also print a JSON line of the headline numbers")
     q.set_defaults(func=cmd_quantize)
     # Each command family lives in its own qdrift/cli_<name>.py; imported here so that `qdrift --help` lists them all.
-    for family in ('agents', 'lmeval', 'sweep', 'replay', 'bfcl', 'serve', 'verify', 'card', 'capacity', 'real', 'paper'):
+    for family in ('agents', 'lmeval', 'sweep', 'replay', 'bfcl', 'serve', 'verify', 'card', 'capacity', 'real', 'paper',
+                   'finetune', 'calibrate'):
         importlib.import_module(f"qdrift.cli_{family}").add_parser(sub)
     t = sub.add_parser("tiny", help="list the built-in tiny architectures")
     t.set_defaults(func=lambda a: print("\n".join(__import__("qdrift.tiny").tiny.architectures())) or 0)

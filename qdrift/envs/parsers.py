@@ -16,6 +16,10 @@ Formats (`get_parser(name)`):
   ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``, and the newer (tokenizer v11+,
   Mistral-Small-3.2, Magistral, Devstral) ``[TOOL_CALLS]name[ARGS]{...}`` form (optionally with
   ``[CALL_ID]id`` before ``[ARGS]``), several calls each opened by ``[TOOL_CALLS]``.
+* ``pythonic`` -- Llama-3.2 / Llama-4 "pythonic" tool calling (vLLM's ``pythonic`` parser):
+  ``[lookup(key="k17")]``, a Python list of calls with keyword arguments whose values are Python
+  literals. The most compact of the four (a pointer-chasing call is 9 SmolLM2 tokens against 31
+  in Hermes form), which is what makes long episodes affordable on small hardware.
 
 Parsing never raises on model output and never evaluates it: JSON is decoded with the `json`
 module only. What a parser accepts, and how it is recorded in `ParsedTurn`:
@@ -53,6 +57,7 @@ __all__ = [
     "HermesParser",
     "Llama3JsonParser",
     "MistralParser",
+    "PythonicParser",
     "PARSERS",
     "get_parser",
     "parser_for",
@@ -273,8 +278,8 @@ class Llama3JsonParser:
     it is content. Several objects may follow each other, separated by
     ``;``, ``,`` or whitespace, or be given as one JSON list; text after the last object is content.
     Text with no call region is a plain (final) answer; a turn that starts with ``{`` but has no
-    ``"name"`` counts as a bad call region (as in vLLM's llama3_json parser). Llama-3.2's "pythonic" ``[f(x=1)]`` form is
-    not parsed (it would need evaluating Python-like syntax).
+    ``"name"`` counts as a bad call region (as in vLLM's llama3_json parser). Llama-3.2's "pythonic"
+    ``[f(x=1)]`` form is `PythonicParser`'s.
     """
 
     name = "llama3_json"
@@ -437,13 +442,108 @@ class MistralParser:
         return end
 
 
+# --------------------------------------------------------------------------------------- pythonic
+
+
+def _py_literal(value: Any) -> str:
+    """A JSON-like value as Python literal source, strings double-quoted (json.dumps escapes are valid
+    Python escapes), so a rendered call parses back to the same value."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} has no literal form in a call")
+        return repr(value)
+    if isinstance(value, str):
+        return _dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_py_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_dumps(str(k))}: {_py_literal(v)}" for k, v in value.items()) + "}"
+    raise ValueError(f"a {type(value).__name__} has no literal form in a call")
+
+
+class PythonicParser:
+    """Pythonic tool calling: ``[name(arg=value, ...), ...]``.
+
+    The call region starts at a ``[`` that opens a line (the turn's start or after a newline) and
+    runs to the end of the turn; the text before it is content (e.g. a worked line). The region is
+    parsed with Python's `ast` (never evaluated): it must be a list of calls to plain names with
+    keyword arguments only, each value a literal (`ast.literal_eval`). Anything else is a parse
+    error, recorded with ``json_valid=False`` (for this format the column means "the call region is
+    well-formed"). A turn with no such ``[`` holds no call.
+    """
+
+    name = "pythonic"
+    opening = "["
+    # No stop string: a call list ends with ")]", which an argument may also contain; the turn ends
+    # at the end-of-turn token the model writes after it.
+    stop_strings: tuple[str, ...] = ()
+    # What the prompted-tools system message says about writing a call (the JSON formats' wording
+    # would be wrong here).
+    call_instruction = "Use the tool's name and give each argument as name=value, the value a literal."
+    _START = re.compile(r"(?:^|\n)[ \t]*\[")
+
+    def render(self, call: ToolCall) -> str:
+        args = ", ".join(f"{k}={_py_literal(v)}" for k, v in call.arguments.items())
+        return f"[{call.name}({args})]"
+
+    @_safe
+    def parse(self, text: str) -> ParsedTurn:
+        m = self._START.search(text)
+        if m is None:
+            return _turn([], [text])
+        start = m.end() - 1
+        body = text[start:].strip()
+        return _turn(self._regions(body), [text[:start]])
+
+    @staticmethod
+    def _regions(body: str) -> list[_Region]:
+        import ast
+
+        where = "pythonic call list"
+        try:
+            tree = ast.parse(body, mode="eval").body
+        except SyntaxError as exc:
+            return [_Region(None, f"invalid {where}: {exc.msg} at char {max((exc.offset or 1) - 1, 0)}", False)]
+        if not isinstance(tree, ast.List):
+            return [_Region(None, f"{where} is a Python {type(tree).__name__}, not a list of calls", False)]
+        if not tree.elts:
+            return [_Region(None, f"empty {where}", False)]
+        regions = []
+        for node in tree.elts:
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                regions.append(_Region(None, f"{where}: an item is not a call to a tool name", False))
+                continue
+            name = node.func.id
+            if node.args or any(k.arg is None for k in node.keywords):
+                regions.append(_Region(None, f"{where}: {name}() takes keyword arguments only", False))
+                continue
+            args, bad = {}, None
+            for k in node.keywords:
+                try:
+                    args[k.arg] = ast.literal_eval(k.value)
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                    bad = k.arg
+                    break
+            if bad is not None:
+                regions.append(_Region(None, f"{where}: argument {bad!r} of {name}() is not a literal", False))
+                continue
+            if any(isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))) for v in args.values()):
+                regions.append(_Region(None, f"{where}: an argument of {name}() is not finite", False))
+                continue
+            regions.append(_Region(ToolCall(name, args), None, True))
+        return regions
+
+
 # --------------------------------------------------------------------------------------- registry
 
-PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser, "mistral": MistralParser}
+PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser, "mistral": MistralParser,
+           "pythonic": PythonicParser}
 
 
 def get_parser(name: str) -> ToolCallParser:
-    """The parser for a format name: "hermes", "llama3_json" or "mistral"."""
+    """The parser for a format name: "hermes", "llama3_json", "mistral" or "pythonic"."""
     key = str(name).strip().lower()
     if key in PARSERS:
         return PARSERS[key]()

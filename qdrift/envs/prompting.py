@@ -173,10 +173,13 @@ def tools_system_prompt(tools: list[dict], parser: ToolCallParser) -> str:
         "To call a tool, write the call in exactly this format (here for the first tool, with "
         "placeholder argument values):\n"
         f"{example}\n\n"
-        "Use the tool's name and put its arguments in a JSON object matching its parameters. "
+        f"{getattr(parser, 'call_instruction', _JSON_CALL_INSTRUCTION)} "
         "Write nothing else in the call. Tool results come back to you in a user message, inside "
         "<tool_response></tool_response> tags."
     )
+
+
+_JSON_CALL_INSTRUCTION = "Use the tool's name and put its arguments in a JSON object matching its parameters."
 
 
 def _decode_args(args: Any) -> Any:
@@ -378,13 +381,20 @@ def tool_prompt_for(tokenizer, mode: str = "auto", parser: ToolCallParser | str 
                     prefill_opening: bool = False, prefill_extra: str = "") -> ToolPrompt:
     """Choose how to drive `tokenizer`'s model with tools.
 
-    ``mode="auto"``: native when the chat template references ``tools``, else prompted.
+    ``mode="auto"``: native when the chat template references ``tools``, else prompted; a fine-tuned
+    model's tokenizer that records its trained format (``qdrift_tool_prompt``) gets that instead.
     The parser defaults to `parser_for(tokenizer)`; in prompted mode, when the template names no
     tool-call format, to hermes. `parser` may also be a format name.
     """
     model = _model_name(tokenizer)
     if _template(tokenizer) is None:
         raise ValueError(f"{model!r} has no chat template; set tokenizer.chat_template before prompting it")
+    # A fine-tuned model (qdrift.models.agents) names the format it was trained on: the defaults.
+    trained = getattr(tokenizer, "qdrift_tool_prompt", None) or {}
+    if mode == "auto" and trained.get("mode"):
+        mode = trained["mode"]
+    if parser is None and trained.get("parser"):
+        parser = trained["parser"]
     if isinstance(parser, str):
         parser = get_parser(parser)
     native = supports_native_tools(tokenizer)

@@ -24,6 +24,9 @@ from typing import Any
 from qdrift.repo_paths import agents_dir
 
 TRAIN_SEEDS_BELOW = 1_000_000
+# Training seeds from here up are kept for calibrating an environment's difficulty to a model
+# (qdrift.envs.calibrate); fine-tuning data (qdrift.finetune) draws only below it.
+DEV_SEEDS_FROM = 900_000
 
 BUILTIN: dict[str, tuple[str, str]] = {
     "pointer_chase": ("pointer_chase.py", "PointerChase"),

@@ -29,6 +29,11 @@ def model_files(ref: str) -> list[Path]:
         from qdrift.models.smollm2 import gguf_path
 
         return [gguf_path()]
+    from qdrift.models.agents import finetune_dir, finetune_files, summary
+
+    adapter = finetune_dir(ref)
+    if adapter is not None:  # the adapter's own files, then its base's (a fine-tune is both)
+        return finetune_files(adapter) + model_files(summary(adapter)["config"]["base"])
     if ref == "organism":
         from qdrift.organism import WEIGHTS
 

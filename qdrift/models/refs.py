@@ -1,6 +1,7 @@
 """Model references, one grammar for the command line, sweeps and lm-eval; never the hub.
 
-A reference is a name qdrift ships or builds (`organism`, `smollm2`, `tiny:<arch>`) or a local
+A reference is a name qdrift ships or builds (`organism`, `smollm2`, a shipped fine-tune such as
+`smollm2-agent`, `tiny:<arch>`), a fine-tune's directory (qdrift.models.agents) or a local
 transformers model directory. Checking a reference imports no torch, so a sweep file can be
 validated before anything heavy loads.
 """
@@ -13,10 +14,21 @@ from typing import Any
 BUILTIN = ("organism", "smollm2", "tiny:<arch>")
 
 
+def builtin_names() -> tuple[str, ...]:
+    from qdrift.models.agents import shipped
+
+    return (*BUILTIN[:2], *shipped(), *BUILTIN[2:])
+
+
 def check_model_ref(ref: str) -> str | None:
     """None if `ref` names a loadable model, else a message naming the valid choices."""
     if ref in ("organism", "smollm2"):
         return None
+    from qdrift.models.agents import check_finetune, finetune_dir
+
+    folder = finetune_dir(ref)
+    if folder is not None:
+        return check_finetune(folder)
     if ref.startswith("tiny:"):
         from qdrift.tiny import architectures
 
@@ -30,9 +42,9 @@ def check_model_ref(ref: str) -> str | None:
             return (f"model folder '{ref}' holds only a .gguf file, which a folder reference does not load; "
                     "convert it to safetensors (as qdrift.models.smollm2 does) and point at that folder")
         return None
-    return (f"model '{ref}' is not 'organism', 'smollm2', 'tiny:<arch>' (e.g. tiny:llama) or an existing local "
+    return (f"model '{ref}' is not a built-in name, 'tiny:<arch>' (e.g. tiny:llama) or an existing local "
             f"model directory (relative paths are taken from the current directory, {Path.cwd()}); "
-            f"valid built-ins: {', '.join(BUILTIN)}")
+            f"valid built-ins: {', '.join(builtin_names())}")
 
 
 def load_model_ref(ref: str, dtype: Any = None, require_tokenizer: bool = True) -> tuple[Any, Any]:
@@ -57,6 +69,11 @@ def load_model_ref(ref: str, dtype: Any = None, require_tokenizer: bool = True) 
         from qdrift.tiny import tiny_model, tiny_tokenizer
 
         return tiny_model(ref.split(":", 1)[1], dtype=dtype).eval(), tiny_tokenizer()
+    from qdrift.models.agents import finetune_dir, load_finetune
+
+    folder = finetune_dir(ref)
+    if folder is not None:
+        return load_finetune(folder, dtype=dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()

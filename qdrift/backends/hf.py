@@ -34,6 +34,7 @@ class HFPolicy:
     prompt: object
     max_new_tokens: int = 64
     temperature: float = 0.0
+    top_p: float = 1.0  # nucleus sampling (with temperature > 0); 1.0 samples the whole distribution
     seed: int = 0
     # Opt-in: keep, per row, every turn's tokens as fed: (suffix fed before generating, generated ids),
     # in `token_trace`, so a run can be replayed teacher-forced (qdrift.envs.drift).
@@ -55,6 +56,8 @@ class HFPolicy:
             )
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         # A turn ends at the tokenizer's eos or any end token the model's generation config names
         # (chat models often end turns with a token other than the tokenizer's eos).
         gen_config = getattr(self.model, "generation_config", None)
@@ -64,7 +67,8 @@ class HFPolicy:
 
     def describe(self) -> dict:
         return {"backend": "transformers", "model": getattr(self.model.config, "name_or_path", ""),
-                "tool_prompt": self.prompt.describe(), "temperature": self.temperature, "seed": self.seed,
+                "tool_prompt": self.prompt.describe(), "temperature": self.temperature, "top_p": self.top_p,
+                "seed": self.seed,
                 "max_new_tokens": self.max_new_tokens}
 
     @property
@@ -147,7 +151,7 @@ class HFPolicy:
             return any(s in tail for s in stops)
 
         outs = session.generate(logits, rows, max_new_tokens=self.max_new_tokens, eos_ids=self.eos_ids,
-                                stop_check=stop_check, temperature=self.temperature,
+                                stop_check=stop_check, temperature=self.temperature, top_p=self.top_p,
                                 generators=self._generators)
         result = {}
         for r in rows:

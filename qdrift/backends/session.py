@@ -170,12 +170,21 @@ class BatchSession:
         eos_ids: set[int],
         stop_check,
         temperature: float = 0.0,
+        top_p: float = 1.0,
         generators: dict[int, torch.Generator] | None = None,
     ) -> dict[int, RowOutput]:
         """Decode for `rows` from `logits` (from the last feed) until EOS, a stop string or the budget.
 
-        stop_check(row, token_ids) -> bool says whether a stop string has appeared.
+        stop_check(row, token_ids) -> bool says whether a stop string has appeared. With `temperature`
+        > 0 each token is sampled from the tempered distribution, cut to its nucleus when `top_p` < 1
+        (transformers' TopPLogitsWarper); the recorded log-probability is the sampled token's under
+        the distribution it was drawn from.
         """
+        nucleus = None
+        if temperature > 0 and top_p < 1.0:
+            from transformers.generation.logits_process import TopPLogitsWarper
+
+            nucleus = TopPLogitsWarper(top_p)
         never = [r for r in rows if int(self.positions[r]) == 0 and not self.unfed[r]]
         if never:  # its "logits" would be a padding token's
             raise ValueError(f"rows {never} were never fed a token: feed a prompt before generating")
@@ -190,7 +199,10 @@ class BatchSession:
             if not active:
                 break
             for r in active:
-                logp = torch.log_softmax(logits[r] / (temperature or 1.0), dim=-1)
+                scores = logits[r] / (temperature or 1.0)
+                if nucleus is not None:
+                    scores = nucleus(None, scores[None].float())[0]
+                logp = torch.log_softmax(scores, dim=-1)
                 if temperature > 0:
                     gen = generators.get(r) if generators else None
                     tok = int(torch.multinomial(logp.exp(), 1, generator=gen))

@@ -176,6 +176,11 @@ def load_config(ref: str | Path) -> FinetuneConfig:
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ValueError(f"fine-tuning config {ref}: expected a mapping, got {type(data).__name__}")
+    if "extends" in data:  # another config with some keys replaced (a QAT twin of a recipe, say)
+        parent = data.pop("extends")
+        if parent == str(ref):
+            raise ValueError(f"fine-tuning config {ref} extends itself")
+        data = {**load_config(parent).to_dict(), **data}
     return FinetuneConfig.from_dict(data)
 
 

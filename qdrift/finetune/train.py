@@ -162,7 +162,7 @@ def finetune(cfg: FinetuneConfig, out: str | os.PathLike, *, progress: bool = Tr
                 raise ValueError(f"step {step}: max_tokens={cfg.max_tokens} cuts every episode before its first call "
                                  f"(the longest is {longest} tokens); raise max_tokens or shorten the horizons")
             opt.zero_grad(set_to_none=True)
-            total = 0.0
+            total, per_episode = 0.0, []
             for e in episodes:
                 ids = torch.tensor([e.ids])
                 # the target at position t predicts token t from positions < t
@@ -173,6 +173,7 @@ def finetune(cfg: FinetuneConfig, out: str | os.PathLike, *, progress: bool = Tr
                     logits[0, :-1].float(), labels[0, 1:], ignore_index=-100, reduction="sum") / n_target
                 loss.backward()
                 total += float(loss.detach())
+                per_episode.append(round(float(loss.detach()) * n_target / max(e.n_targets, 1), 4))
             opt.step()
             dt = time.monotonic() - t0
             tokens = sum(len(e.ids) for e in episodes)
@@ -180,7 +181,8 @@ def finetune(cfg: FinetuneConfig, out: str | os.PathLike, *, progress: bool = Tr
                          target_tokens=state["target_tokens"] + n_target)
             log.write(json.dumps({"step": step, "loss": total, "lr": lr_at(cfg, step), "tokens": tokens,
                                   "target_tokens": n_target, "seconds": round(dt, 3),
-                                  "episodes": [[e.env, e.horizon, e.seed] for e in episodes]}) + "\n")
+                                  "episodes": [[e.env, e.horizon, e.seed, ep_loss]
+                                               for e, ep_loss in zip(episodes, per_episode, strict=True)]}) + "\n")
             log.flush()
             bar.update(1)
             bar.set_postfix(loss=f"{total:.4f}", tok_s=f"{tokens / dt:.0f}")

@@ -58,8 +58,12 @@ def summary(folder: Path) -> dict:
 def load_finetune(folder: Path, dtype: Any = None) -> tuple[Any, Any]:
     """(merged model in eval mode, tokenizer) of the fine-tune in `folder`."""
     import torch
-    from peft import PeftModel
 
+    try:
+        from peft import PeftModel
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(f"loading the fine-tune in '{folder}' needs peft: pip install 'qdrift[finetune]'",
+                                  name="peft") from None
     from qdrift.models.fingerprint import model_fingerprint
     from qdrift.models.refs import load_model_ref
 
@@ -77,9 +81,22 @@ def load_finetune(folder: Path, dtype: Any = None) -> tuple[Any, Any]:
                          "was trained on, or fine-tune again on this one")
     base, tokenizer = load_model_ref(base_ref, dtype=torch.float32)
     try:
-        model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+        model = PeftModel.from_pretrained(base, str(folder))
     except (RuntimeError, ValueError, KeyError) as e:
         raise ValueError(f"the adapter in '{folder}' does not fit base '{base_ref}': {e}") from e
+    # peft only warns about adapter tensors it did not place: a partial load is refused here.
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
+        stored = {k.replace(".weight", ".default.weight") for k in f.keys()}
+    placed = {n for n, _ in model.named_parameters() if "lora_" in n}
+    unplaced, untrained = sorted(stored - placed), sorted(placed - stored)
+    if unplaced or untrained:
+        example = (unplaced or untrained)[0]
+        raise ValueError(f"the adapter in '{folder}' does not fit base '{base_ref}': "
+                         f"{len(unplaced)} adapter tensors have no place in it and {len(untrained)} of its LoRA "
+                         f"layers have no stored tensor (e.g. {example})")
+    model = model.merge_and_unload()
     model.eval()
     if dtype is not None and dtype != torch.float32:
         model = model.to(dtype)

@@ -42,9 +42,9 @@ def check_model_ref(ref: str) -> str | None:
             return (f"model folder '{ref}' holds only a .gguf file, which a folder reference does not load; "
                     "convert it to safetensors (as qdrift.models.smollm2 does) and point at that folder")
         return None
-    return (f"model '{ref}' is not a built-in name, 'tiny:<arch>' (e.g. tiny:llama) or an existing local "
-            f"model directory (relative paths are taken from the current directory, {Path.cwd()}); "
-            f"valid built-ins: {', '.join(builtin_names())}")
+    return (f"model '{ref}' is not 'organism', 'smollm2', 'tiny:<arch>' (e.g. tiny:llama), a shipped fine-tune, a "
+            f"fine-tune's directory or an existing local model directory (relative paths are taken from the current "
+            f"directory, {Path.cwd()}); valid built-ins: {', '.join(builtin_names())}")
 
 
 def load_model_ref(ref: str, dtype: Any = None, require_tokenizer: bool = True) -> tuple[Any, Any]:

@@ -75,6 +75,8 @@ class Cell:
                 config["env_sha256"] = self.env_sha256
             if t.drift and self.spec != BASELINE:  # likewise; a baseline cell has nothing to drift from
                 config["drift"] = True
+            if t.sampling:  # only when set: greedy cells keep their keys
+                config["sampling"] = dict(t.sampling)
         else:
             config.update(runner=t.runner, limit=t.limit, options=dict(t.options))
             if self.data_sha256 is not None:  # only when read from outside the checkout, so other cells keep their keys

@@ -13,6 +13,8 @@
         prompt: {mode: prompted, parser: hermes, prefill_opening: true}   # optional, tool_prompt_for options
         drift: true                     # optional: variant cells also replay the baseline's episodes
                                         # teacher-forced (per-token KL and top-1 flips; qdrift.envs.drift)
+        sampling: {temperature: 0.7, top_p: 0.95, samples: 4, seed: 0}   # optional: k sampled episodes per
+                                        # seed (trials 0..k-1, policy seeds seed..seed+k-1) instead of one greedy
       - kind: short_form
         runner: lmeval                  # a registered short-form runner (qdrift.sweep.shortform)
         task: gsm8k
@@ -54,7 +56,10 @@ BASELINE = "baseline"
 TOP_KEYS = ("name", "description", "models", "specs", "tasks", "calibration", "dtype", "device", "batch", "threads",
             "executor", "workers", "wandb")
 DTYPES = ("float32", "bfloat16", "float16")
-AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens", "prompt", "drift")
+AGENT_KEYS = ("kind", "env", "horizons", "seeds", "knobs", "max_new_tokens", "prompt", "drift", "sampling")
+SAMPLING_KEYS = ("temperature", "top_p", "samples", "seed")
+SAMPLING_DEFAULTS = {"top_p": 1.0, "samples": 4, "seed": 0}
+MAX_SAMPLES = 64
 PROMPT_KEYS = ("mode", "parser", "prefill_opening", "prefill_extra")
 PROMPT_MODES = ("auto", "native", "prompted")
 PROMPT_DEFAULTS = {"mode": "auto", "parser": None, "prefill_opening": False, "prefill_extra": ""}  # tool_prompt_for's
@@ -76,6 +81,11 @@ class AgentTask:
     prompt: tuple[tuple[str, Any], ...] = ()  # tool_prompt_for options; () is the model's default
     drift: bool = False  # variant cells also record teacher-forced drift against the baseline
     kind: str = "agent"
+    # () is greedy, one episode per seed; else temperature, top_p, samples (k) and the policy seed
+    sampling: tuple[tuple[str, Any], ...] = ()
+
+    def sampling_options(self) -> dict[str, Any]:
+        return {**SAMPLING_DEFAULTS, **dict(self.sampling)} if self.sampling else {}
 
     @property
     def name(self) -> str:
@@ -459,6 +469,10 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
     drift = task.get("drift", False)
     if not isinstance(drift, bool):
         c.error(task.line_of("drift"), f"{where}drift: must be true or false, got {drift!r}")
+    sampling = _sampling(c, task, where)
+    if sampling and drift is True:
+        c.error(task.line_of("drift"), f"{where}drift: replays the baseline's greedy episodes, which a sampled "
+                                       "task does not have; drop drift or sampling")
     if len(c.problems) > before:
         return None
     if cls is not None:  # the environment checks its own knobs (names, ranges) at every horizon
@@ -474,7 +488,35 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
             c.error(task.line_of("seeds"), f"{where}seeds: {repeated}")
             return None
     knobs = without_defaults(cls, knobs) if cls is not None else knobs
-    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt, drift)
+    return AgentTask(env, tuple(horizons), tuple(seeds), tuple(sorted(knobs.items())), max_new, prompt, drift,
+                     sampling=sampling)
+
+
+def _sampling(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any], ...]:
+    """Validated sampling options, defaults written out dropped (so they key as left out)."""
+    sampling = block.get("sampling")
+    if sampling is None:
+        return ()
+    if not isinstance(sampling, LineDict) or "temperature" not in sampling:
+        c.error(block.line_of("sampling"), f"{where}sampling: must be a mapping with a temperature > 0 and optional "
+                                           f"top_p, samples, seed; got {sampling!r}")
+        return ()
+    c.keys(sampling, SAMPLING_KEYS, f"{where}sampling.")
+    t, p = sampling.get("temperature"), sampling.get("top_p", 1.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 10:
+        c.error(sampling.line_of("temperature"), f"{where}sampling.temperature: must be in (0, 10], got {t!r}")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+        c.error(sampling.line_of("top_p"), f"{where}sampling.top_p: must be in (0, 1], got {p!r}")
+    c.int_field(sampling, "samples", f"{where}sampling.", 1, None)
+    k = sampling.get("samples", 4)
+    if _is_int(k) and k > MAX_SAMPLES:
+        c.error(sampling.line_of("samples"), f"{where}sampling.samples: at most {MAX_SAMPLES}, got {k}")
+    c.int_field(sampling, "seed", f"{where}sampling.", 0, None)
+    values = {"temperature": float(t) if isinstance(t, (int, float)) else t, **{
+        k: sampling[k] for k in ("top_p", "samples", "seed") if k in sampling}}
+    if "top_p" in values and isinstance(values["top_p"], (int, float)):
+        values["top_p"] = float(values["top_p"])
+    return tuple(sorted((k, v) for k, v in values.items() if k not in SAMPLING_DEFAULTS or v != SAMPLING_DEFAULTS[k]))
 
 
 def without_defaults(cls, knobs: dict) -> dict:

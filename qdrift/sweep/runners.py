@@ -82,6 +82,8 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
 
     task: AgentTask = cell.task
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
+    if task.sampling:
+        return _sampled_cell(model, tokenizer, prompt, cell, batch)
     episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
     for start in range(0, len(seeds), batch):
@@ -112,6 +114,22 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     if baseline is not None:
         rows["drift"] = drift
     return rows
+
+
+def _sampled_cell(model, tokenizer, prompt, cell: Cell, batch: int) -> dict[str, list[dict]]:
+    """k sampled episodes per seed (`trial` 0..k-1, policy seed `seed + trial`), `batch` (seed, trial)
+    pairs in lockstep: a trial's trajectory does not depend on its batch (qdrift.envs.trials)."""
+    from qdrift.backends.hf import HFPolicy
+    from qdrift.envs.trials import run_trials
+
+    task: AgentTask = cell.task
+    opts = task.sampling_options()
+    episodes, steps = run_trials(
+        lambda: HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens, temperature=opts["temperature"],
+                         top_p=opts["top_p"], seed=opts["seed"]),
+        task.env, cell.horizon, task.seeds, opts["samples"], batch_size=batch, split="eval", with_steps=True,
+        **dict(task.knobs))
+    return {"episode": [r.row() for r in episodes], "step": [s.row() for s in steps]}
 
 
 def run_short_form_cell(model, tokenizer, cell: Cell) -> dict[str, list[dict]]:

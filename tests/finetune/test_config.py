@@ -46,3 +46,13 @@ def test_an_unknown_recipe_lists_the_shipped_ones(tmp_path):
         load_config("smollm3-agent")
     with pytest.raises(FileNotFoundError):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_a_config_can_extend_another_replacing_some_keys(tmp_path):
+    qat = load_config("smollm2-agent-qat")
+    base = load_config("smollm2-agent")
+    assert qat.qat == "w4g64" and qat.to_dict() == {**base.to_dict(), "qat": "w4g64"}
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"extends: {loop}\n")
+    with pytest.raises(ValueError, match="extends itself"):
+        load_config(loop)

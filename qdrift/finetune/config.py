@@ -55,6 +55,9 @@ class FinetuneConfig:
     seed: int = 0
     autocast_bf16: bool = True
     qat: str | None = None                 # e.g. "w4g64": int4 fake quantization of the merged weight
+    # Another fine-tune of the same base (a shipped name or a folder) whose adapter this run starts
+    # from, for a second stage; None starts from peft's initialisation (B = 0).
+    init_from: str | None = None
     # Not part of what is trained (kept out of the hash): how often a checkpoint is written.
     checkpoint_every_s: float = 180.0
 
@@ -91,6 +94,19 @@ class FinetuneConfig:
             from qdrift.finetune.qat import check_qat_spec
 
             check_qat_spec(self.qat)
+        if self.init_from is not None:
+            from qdrift.models.agents import check_finetune, finetune_dir, summary
+
+            folder = finetune_dir(self.init_from)
+            problem = check_finetune(folder) if folder else (
+                f"{self.init_from!r} is neither a shipped fine-tune nor a fine-tune's folder")
+            if problem:
+                raise ValueError(f"init_from: {problem}")
+            src = summary(folder)["config"]
+            if src["base"] != self.base or (src["lora_r"], list(src["lora_targets"])) != (self.lora_r, list(self.lora_targets)):
+                raise ValueError(f"init_from: {self.init_from!r} is a rank-{src['lora_r']} adapter on {src['lora_targets']} of "
+                                 f"base {src['base']!r}; this run trains rank {self.lora_r} on {list(self.lora_targets)} of "
+                                 f"{self.base!r}: they must match")
         for i, m in enumerate(self.mix):
             _check_entry(i, m)
 

@@ -49,7 +49,7 @@ def encode_conversation(tokenizer, prompt, env) -> tuple[list[int], list[bool]]:
 
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
     cached = prompt.render(tokenizer, messages[:first], tools, add_generation_prompt=True)
-    ids, targets = encode(cached), []
+    ids = encode(cached)
     targets = [False] * len(ids)
     for i in range(first, len(messages)):
         m = messages[i]

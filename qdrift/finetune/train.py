@@ -89,11 +89,26 @@ def build_model(cfg: FinetuneConfig):
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules=list(cfg.lora_targets),
                       lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(base, lora)
+    if cfg.init_from:
+        _load_adapter(model, cfg.init_from)
     if cfg.qat:
         from qdrift.finetune.qat import enable_qat
 
         enable_qat(model, cfg.qat)
     return model, tokenizer, prompt
+
+
+def _load_adapter(model, ref: str) -> None:
+    """Start from the adapter of the fine-tune `ref` (its every tensor placed, or an error)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from qdrift.models.agents import finetune_dir
+
+    result = set_peft_model_state_dict(model, load_file(str(finetune_dir(ref) / "adapter_model.safetensors")))
+    if result.unexpected_keys:
+        raise ValueError(f"init_from {ref!r}: {len(result.unexpected_keys)} adapter tensors have no place in this "
+                         f"model (e.g. {result.unexpected_keys[0]})")
 
 
 def _rewind_log(path: Path, step: int) -> None:
@@ -206,6 +221,13 @@ def finetune(cfg: FinetuneConfig, out: str | os.PathLike, *, progress: bool = Tr
     from qdrift.models.fingerprint import model_fingerprint
 
     summary["base_fingerprint"] = model_fingerprint(cfg.base)  # what the adapter must be loaded onto
+    if cfg.init_from:  # the stage this one continues, and its own history
+        from qdrift.models.agents import finetune_dir
+        from qdrift.models.agents import summary as read_summary
+
+        source = finetune_dir(cfg.init_from)
+        summary["init_from"] = {"ref": cfg.init_from, "fingerprint": model_fingerprint(str(source)),
+                                "summary": read_summary(source)}
     (out / SUMMARY).write_text(json.dumps(summary, indent=1))
     ckpt_path.unlink()
     return out

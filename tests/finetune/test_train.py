@@ -98,3 +98,24 @@ def test_the_schedule_warms_up_then_decays_by_step():
     assert lr_at(cfg, 0) == pytest.approx(1e-4) and lr_at(cfg, 9) == pytest.approx(1e-3)
     assert lr_at(cfg, 10) == pytest.approx(1e-3) and lr_at(cfg, 99) == pytest.approx(1e-4, rel=0.01)
     assert all(lr_at(cfg, s) >= lr_at(cfg, s + 1) for s in range(10, 99))
+
+
+def test_a_second_stage_starts_from_the_first_stages_adapter(reference, tmp_path):
+    from qdrift.finetune.train import build_model
+
+    cfg = tiny_config(init_from=str(reference), steps=1)
+    model, _, _ = build_model(cfg)
+    first = adapter(reference)
+    named = dict(model.named_parameters())
+    for k, t in first.items():
+        torch.testing.assert_close(named[k.replace(".weight", ".default.weight")], t)
+    finetune(cfg, tmp_path / "stage2", progress=False)
+    info = json.loads((tmp_path / "stage2" / "finetune.json").read_text())
+    assert info["init_from"]["ref"] == str(reference) and info["init_from"]["summary"]["steps"] == 6
+
+
+def test_init_from_must_be_a_fine_tune_of_the_same_base_and_shape(reference):
+    with pytest.raises(ValueError, match="init_from: 'nowhere' is neither"):
+        tiny_config(init_from="nowhere")
+    with pytest.raises(ValueError, match="init_from: .* is a rank-4 adapter .* they must match"):
+        tiny_config(init_from=str(reference), lora_r=8)

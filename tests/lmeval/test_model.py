@@ -44,7 +44,7 @@ def test_an_already_quantized_model_keeps_its_spec_and_refuses_another(tiny):
 
 
 def test_unknown_pretrained_names_the_builtins():
-    with pytest.raises(ValueError, match="organism, smollm2, tiny:<arch>"):
+    with pytest.raises(ValueError, match="valid built-ins: organism, smollm2, smollm2-agent, tiny:<arch>"):
         QdriftLM(pretrained="no-such-model")
 
 

@@ -18,8 +18,9 @@ Formats (`get_parser(name)`):
   ``[CALL_ID]id`` before ``[ARGS]``), several calls each opened by ``[TOOL_CALLS]``.
 * ``pythonic`` -- Llama-3.2 / Llama-4 "pythonic" tool calling (vLLM's ``pythonic`` parser):
   ``[lookup(key="k17")]``, a Python list of calls with keyword arguments whose values are Python
-  literals. The most compact of the four (a pointer-chasing call is 9 SmolLM2 tokens against 31
-  in Hermes form), which is what makes long episodes affordable on small hardware.
+  literals. The most compact of the four (a pointer-chasing call with a three-digit key is 10
+  SmolLM2 tokens against 31 in Hermes form), which is what makes long episodes affordable on small
+  hardware.
 
 Parsing never raises on model output and never evaluates it: JSON is decoded with the `json`
 module only. What a parser accepts, and how it is recorded in `ParsedTurn`:

@@ -5,7 +5,7 @@ organism sits at the ceiling and SmolLM2-135M-Instruct at the floor. A short LoR
 oracle trajectories of the environments' training seeds, rendered exactly as the episode runner feeds
 the model at evaluation, puts a real pretrained model between the two.
 
-    qdrift finetune smollm2-agent --out runs/smollm2-agent      # a shipped recipe, or a YAML file
+    qdrift finetune run smollm2-agent --out runs/smollm2-agent   # a shipped recipe, or a YAML file
 
 Pieces: `config` (what a run is; its hash guards a resume), `data` (episodes as token ids with loss
 masks, a pure function of the seed and the step, so a resumed run sees the same data in the same

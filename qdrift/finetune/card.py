@@ -47,20 +47,20 @@ def load_settings(path: str | Path) -> dict:
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise ValueError(f"{path}: settings[{i}]: {e}") from e
     for key in ("seeds", "batch"):
-        v = data.get(key, 32)
+        v = data.setdefault(key, 32)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{path}: {key} must be an integer >= 1, got {v!r}")
     return data
 
 
 def evaluate_card(model_ref: str, model, tokenizer, settings: dict, log=print) -> dict:
-    """Run every setting greedily on held-out seeds; the card's dictionary."""
+    """Run every setting of `settings` (as `load_settings` returns it) greedily on held-out seeds; the card's dictionary."""
     from qdrift.backends.hf import HFPolicy
     from qdrift.envs.calibrate import measure
     from qdrift.envs.prompting import tool_prompt_for
 
     prompt = tool_prompt_for(tokenizer)
-    n, batch = settings.get("seeds", 32), settings.get("batch", 32)
+    n, batch = settings["seeds"], settings["batch"]
     seeds = list(range(TRAIN_SEEDS_BELOW, TRAIN_SEEDS_BELOW + n))
     rows = []
     for s in settings["settings"]:

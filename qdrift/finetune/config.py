@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -117,12 +118,24 @@ class FinetuneConfig:
         return d
 
     def hash(self) -> str:
+        """Of every trained field, and of the adapter `init_from` names (a name's adapter may be replaced)."""
         d = {k: v for k, v in self.to_dict().items() if k not in self._UNHASHED}
+        if self.init_from is not None:
+            d["init_from_adapter"] = self._init_fingerprint
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    @cached_property
+    def _init_fingerprint(self) -> str:
+        """sha256 over the adapter files of `init_from`, read once."""
+        from qdrift.models.agents import finetune_dir, finetune_files
+        from qdrift.verify.requests import file_sha256
+
+        return hashlib.sha256("".join(f"{f.name}\t{file_sha256(f)}\n"
+                                      for f in finetune_files(finetune_dir(self.init_from))).encode()).hexdigest()
 
     @classmethod
     def from_dict(cls, d: dict) -> FinetuneConfig:
-        known = {f.name for f in fields(cls)} - {"_UNHASHED"}
+        known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}")

@@ -44,21 +44,21 @@ def lr_at(cfg: FinetuneConfig, step: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _check_directory(cfg: FinetuneConfig, out: Path) -> dict | None:
-    """The recorded configuration of `out` if it matches `cfg` (None for a new directory); refuses another."""
+def _check_directory(cfg: FinetuneConfig, out: Path) -> None:
+    """Refuse a directory that holds a run of another configuration."""
     recorded = out / CONFIG
     if not recorded.is_file():
-        return None
+        return
     old = json.loads(recorded.read_text())
     if old.get("hash") != cfg.hash():
         new = cfg.to_dict()
         diff = sorted(k for k in set(old["config"]) | set(new) if k not in FinetuneConfig._UNHASHED
                       and old["config"].get(k) != new.get(k))
-        detail = "; ".join(f"{k}: {old['config'].get(k)!r} there, {new.get(k)!r} now" for k in diff[:4])
+        detail = "; ".join(f"{k}: {old['config'].get(k)!r} there, {new.get(k)!r} now" for k in diff[:4]) or (
+            f"the adapter init_from {cfg.init_from!r} names has changed since")
         raise ConfigMismatch(
             f"{out} holds a fine-tune of another configuration ({detail}); nothing there was changed. "
             "Resume it with its own configuration (config.json there), or train into a new --out directory")
-    return old
 
 
 def machine() -> dict:
@@ -99,16 +99,10 @@ def build_model(cfg: FinetuneConfig):
 
 
 def _load_adapter(model, ref: str) -> None:
-    """Start from the adapter of the fine-tune `ref` (its every tensor placed, or an error)."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
+    """Start from the adapter of the fine-tune `ref` (every tensor placed, or an error)."""
+    from qdrift.models.agents import finetune_dir, place_adapter
 
-    from qdrift.models.agents import finetune_dir
-
-    result = set_peft_model_state_dict(model, load_file(str(finetune_dir(ref) / "adapter_model.safetensors")))
-    if result.unexpected_keys:
-        raise ValueError(f"init_from {ref!r}: {len(result.unexpected_keys)} adapter tensors have no place in this "
-                         f"model (e.g. {result.unexpected_keys[0]})")
+    place_adapter(model, finetune_dir(ref), f"init_from {ref!r}: its adapter does not fit this model")
 
 
 def _rewind_log(path: Path, step: int) -> None:
@@ -180,12 +174,13 @@ def finetune(cfg: FinetuneConfig, out: str | os.PathLike, *, progress: bool = Tr
             total, per_episode = 0.0, []
             for e in episodes:
                 ids = torch.tensor([e.ids])
-                # the target at position t predicts token t from positions < t
-                labels = torch.tensor([[i if t else -100 for i, t in zip(e.ids, e.targets, strict=True)]])
+                # a target token t is predicted by the logits at position t - 1; only those rows are
+                # taken to fp32 (the full [tokens x vocab] copy would be ~600 MB for a 3k-token episode)
+                at = torch.tensor([t - 1 for t, is_target in enumerate(e.targets) if is_target and t > 0])
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast_bf16):
                     logits = model(input_ids=ids).logits
-                loss = torch.nn.functional.cross_entropy(
-                    logits[0, :-1].float(), labels[0, 1:], ignore_index=-100, reduction="sum") / n_target
+                loss = torch.nn.functional.cross_entropy(logits[0, at].float(), ids[0, at + 1],
+                                                         reduction="sum") / n_target
                 loss.backward()
                 total += float(loss.detach())
                 per_episode.append(round(float(loss.detach()) * n_target / max(e.n_targets, 1), 4))

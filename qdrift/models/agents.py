@@ -60,7 +60,7 @@ def load_finetune(folder: Path, dtype: Any = None) -> tuple[Any, Any]:
     import torch
 
     try:
-        from peft import PeftModel
+        from peft import LoraConfig, get_peft_model
     except ModuleNotFoundError:
         raise ModuleNotFoundError(f"loading the fine-tune in '{folder}' needs peft: pip install 'qdrift[finetune]'",
                                   name="peft") from None
@@ -80,22 +80,12 @@ def load_finetune(folder: Path, dtype: Any = None) -> tuple[Any, Any]:
                          f"{want[:16]}..., but the installed '{base_ref}' has {have[:16]}...; install the base it "
                          "was trained on, or fine-tune again on this one")
     base, tokenizer = load_model_ref(base_ref, dtype=torch.float32)
+    what = f"the adapter in '{folder}' does not fit base '{base_ref}'"
     try:
-        model = PeftModel.from_pretrained(base, str(folder))
+        model = get_peft_model(base, LoraConfig.from_pretrained(str(folder)))
     except (RuntimeError, ValueError, KeyError) as e:
-        raise ValueError(f"the adapter in '{folder}' does not fit base '{base_ref}': {e}") from e
-    # peft only warns about adapter tensors it did not place: a partial load is refused here.
-    from safetensors import safe_open
-
-    with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
-        stored = {k.replace(".weight", ".default.weight") for k in f.keys()}
-    placed = {n for n, _ in model.named_parameters() if "lora_" in n}
-    unplaced, untrained = sorted(stored - placed), sorted(placed - stored)
-    if unplaced or untrained:
-        example = (unplaced or untrained)[0]
-        raise ValueError(f"the adapter in '{folder}' does not fit base '{base_ref}': "
-                         f"{len(unplaced)} adapter tensors have no place in it and {len(untrained)} of its LoRA "
-                         f"layers have no stored tensor (e.g. {example})")
+        raise ValueError(f"{what}: {e}") from e
+    place_adapter(model, folder, what)
     model = model.merge_and_unload()
     model.eval()
     if dtype is not None and dtype != torch.float32:
@@ -103,6 +93,24 @@ def load_finetune(folder: Path, dtype: Any = None) -> tuple[Any, Any]:
     model.config.name_or_path = str(folder.name)
     tokenizer.qdrift_tool_prompt = {"mode": cfg.get("prompt_mode", "auto"), "parser": cfg.get("parser")}
     return model, tokenizer
+
+
+def place_adapter(peft_model, folder: Path, what: str) -> None:
+    """Load `folder`'s adapter tensors into `peft_model` (peft's `set_peft_model_state_dict`), refusing a
+    partial fit with `what` as the reason: peft only warns about tensors that have no place in the
+    model and leaves LoRA layers without a stored tensor at their initialisation."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    try:
+        result = set_peft_model_state_dict(peft_model, load_file(str(folder / "adapter_model.safetensors")))
+    except RuntimeError as e:  # a tensor of another shape
+        raise ValueError(f"{what}: {e}") from e
+    untrained = [k for k in result.missing_keys if "lora_" in k]
+    if result.unexpected_keys or untrained:
+        example = (list(result.unexpected_keys) or untrained)[0]
+        raise ValueError(f"{what}: {len(result.unexpected_keys)} adapter tensors have no place in it and "
+                         f"{len(untrained)} of its LoRA tensors have none stored (e.g. {example})")
 
 
 def finetune_files(folder: Path) -> list[Path]:

@@ -503,20 +503,24 @@ def _sampling(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any]
         return ()
     c.keys(sampling, SAMPLING_KEYS, f"{where}sampling.")
     t, p = sampling.get("temperature"), sampling.get("top_p", 1.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 10:
+    if not _is_number(t) or not 0 < t <= 10:
         c.error(sampling.line_of("temperature"), f"{where}sampling.temperature: must be in (0, 10], got {t!r}")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+    if not _is_number(p) or not 0 < p <= 1:
         c.error(sampling.line_of("top_p"), f"{where}sampling.top_p: must be in (0, 1], got {p!r}")
     c.int_field(sampling, "samples", f"{where}sampling.", 1, None)
     k = sampling.get("samples", 4)
     if _is_int(k) and k > MAX_SAMPLES:
         c.error(sampling.line_of("samples"), f"{where}sampling.samples: at most {MAX_SAMPLES}, got {k}")
     c.int_field(sampling, "seed", f"{where}sampling.", 0, None)
-    values = {"temperature": float(t) if isinstance(t, (int, float)) else t, **{
-        k: sampling[k] for k in ("top_p", "samples", "seed") if k in sampling}}
-    if "top_p" in values and isinstance(values["top_p"], (int, float)):
-        values["top_p"] = float(values["top_p"])
+    values = {k: sampling[k] for k in SAMPLING_KEYS if k in sampling}
+    for k in ("temperature", "top_p"):  # 1 and 1.0 are one setting, and key as one
+        if _is_number(values.get(k)):
+            values[k] = float(values[k])
     return tuple(sorted((k, v) for k, v in values.items() if k not in SAMPLING_DEFAULTS or v != SAMPLING_DEFAULTS[k]))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def without_defaults(cls, knobs: dict) -> dict:

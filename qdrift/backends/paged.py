@@ -6,6 +6,11 @@ vLLM's block tables). Every physical page carries a tag (owner row, page sequenc
 the owner, allocation generation); each row records the tags it expects. Every layer's read first
 compares the expected tags of all live rows with the pool's tags, one small integer tensor
 comparison, and raises a PageIntegrityError naming the row, the page and both tags on a mismatch.
+A row that failed the check is aborted and writes nothing from then on: its page table may point
+into another row's pages, and a write through it would change that healthy row's tokens.
+
+The tags check page ownership (which row's table may point at a page), not page contents: a bit
+flipped inside a page's keys or values, or a write through a correct table by wrong code, passes.
 
 Why not transformers' PagedAttentionCache: it belongs to continuous batching (`generate_batch`),
 where the scheduler owns requests and the attention kernel reads the pages through its own block
@@ -18,7 +23,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-FAULTS = ("reassign", "swap", "stale_generation", "reuse_without_bump")
+FAULTS = ("reassign", "swap", "stale_generation", "reuse_without_bump", "alias")
 
 
 class PageIntegrityError(RuntimeError):
@@ -41,6 +46,7 @@ class PagePool:
         self.free: list[int] = []
         self.length = 0  # tokens per row (BatchSession pads every row to the same length)
         self.skip = torch.zeros(batch, dtype=torch.bool, device=device)  # aborted rows: never verified
+        self.writers: torch.Tensor | None = None  # rows that write this forward (None: all)
 
     @property
     def n_pages(self) -> int:
@@ -85,12 +91,14 @@ class PagePool:
         reassign: the allocator hands `row`'s page to `other` (which writes its tag there);
         swap: `row` and `other` exchange that page-table entry;
         stale_generation: the page was freed and reallocated (generation bumped) while `row` still points to it;
-        reuse_without_bump: freed and given to `other` without bumping the generation.
+        reuse_without_bump: freed and given to `other` without bumping the generation;
+        alias: `row`'s page-table entry points at `other`'s page of the same index (tags untouched), so
+        `row`'s later writes would land in `other`'s page.
         """
         if kind not in FAULTS:
             raise ValueError(f"unknown fault {kind!r}. Valid: {', '.join(FAULTS)}")
         phys = int(self.table[row, page_index])
-        if kind in ("reassign", "reuse_without_bump", "swap") and other is None:
+        if kind in ("reassign", "reuse_without_bump", "swap", "alias") and other is None:
             raise ValueError(f"fault {kind!r} needs `other`, the row the page goes to")
         if kind == "reassign":
             self.tags[phys] = torch.tensor([other, page_index, int(self.tags[phys, 2]) + 1])
@@ -98,6 +106,8 @@ class PagePool:
             self.tags[phys] = torch.tensor([other, page_index, int(self.tags[phys, 2])])
         elif kind == "stale_generation":
             self.tags[phys, 2] += 1
+        elif kind == "alias":
+            self.table[row, page_index] = self.table[other, page_index]
         else:
             a, b = self.table[row, page_index].clone(), self.table[other, page_index].clone()
             self.table[row, page_index], self.table[other, page_index] = b, a
@@ -118,6 +128,8 @@ class PagedLayer(DynamicLayer):
             # Once per forward, before any layer writes or reads: the tables and tags are shared by
             # every layer and change only between forwards, so a fault aborts its row with nothing written.
             pool.verify()
+            # aborted rows write nothing: their tables may point into live rows' pages (once per forward)
+            pool.writers = (~pool.skip).nonzero().squeeze(1) if bool(pool.skip.any()) else None
         if self.k_pages is None:
             self.is_initialized, self.device = True, key_states.device
             self.k_pages = key_states.new_zeros(0, pool.page_size, *key_states.shape[1:2], key_states.shape[-1])
@@ -130,8 +142,12 @@ class PagedLayer(DynamicLayer):
         pos = torch.arange(start, start + t, device=key_states.device)
         phys = pool.table[:, pos // pool.page_size]  # [B, T]
         slot = (pos % pool.page_size).expand_as(phys)
-        self.k_pages[phys, slot] = key_states.transpose(1, 2)
-        self.v_pages[phys, slot] = value_states.transpose(1, 2)
+        k_new, v_new = key_states.transpose(1, 2), value_states.transpose(1, 2)
+        if pool.writers is not None:
+            w = pool.writers
+            phys, slot, k_new, v_new = phys[w], slot[w], k_new[w], v_new[w]
+        self.k_pages[phys, slot] = k_new
+        self.v_pages[phys, slot] = v_new
         end = start + t
         keys = self.k_pages[pool.table].flatten(1, 2)[:, :end].transpose(1, 2)
         values = self.v_pages[pool.table].flatten(1, 2)[:, :end].transpose(1, 2)

@@ -69,3 +69,17 @@ def test_unknown_fault_lists_the_valid_ones(model):
     s.feed(PROMPTS)
     with pytest.raises(ValueError, match="Valid: reassign"):
         s.cache.pool.inject("scramble", row=0)
+
+
+@pytest.mark.parametrize("row,other", [(1, 0), (0, 2), (3, 1), (2, 3)])
+def test_a_row_aliasing_another_rows_current_page_never_writes_into_it(model, row, other):
+    """The aborted row's table points at the healthy row's page being filled: were its padding still
+    written through that table, the healthy row would read another row's keys at its own positions."""
+    _, clean = run(model, paged=True)
+    current = (max(map(len, PROMPTS)) - 1) // 4  # the page the next tokens go to (page_size 4)
+    _, out = run(model, paged=True, fault={"kind": "alias", "row": row, "page_index": current, "other": other})
+    assert out[row].stop_reason == "kv_integrity" and f"request {row}" in out[row].error
+    for r in set(range(B)) - {row}:
+        assert out[r].token_ids == clean[r].token_ids
+        assert out[r].logprobs == clean[r].logprobs  # bit-identical, not close
+        assert out[r].stop_reason == "max_new_tokens"

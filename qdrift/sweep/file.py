@@ -64,6 +64,16 @@ PROMPT_KEYS = ("mode", "parser", "prefill_opening", "prefill_extra")
 PROMPT_MODES = ("auto", "native", "prompted")
 PROMPT_DEFAULTS = {"mode": "auto", "parser": None, "prefill_opening": False, "prefill_extra": ""}  # tool_prompt_for's
 BATCH = 50  # the default batch (episodes in lockstep)
+# Every count is bounded, so a typo cannot build a billion-seed list (or a billion-token generation)
+# before anything runs: each bound is far above any study these machines or a GPU node would run.
+MAX_INT = 2**31 - 1
+MAX_SEEDS = 100_000
+MAX_HORIZON = 100_000
+MAX_HORIZONS = 1_000
+MAX_BATCH = 4_096
+MAX_THREADS = 1_024
+MAX_NEW_TOKENS = 32_768
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SHORT_FORM_KEYS = ("kind", "runner", "task", "limit", "options")
 KINDS = ("agent", "short_form")
 WANDB_KEYS = ("project", "entity", "mode", "dir")
@@ -168,10 +178,10 @@ class _Checker:
             if k not in valid:
                 self.error(data.line_of(k), f"{where}unknown key '{k}'{_hint(k, valid)}; valid keys: {', '.join(valid)}")
 
-    def int_field(self, data: LineDict, key: str, where: str, minimum: int, default=None):
+    def int_field(self, data: LineDict, key: str, where: str, minimum: int, default=None, maximum: int = MAX_INT):
         value = data.get(key, default)
-        if key in data and (not _is_int(value) or value < minimum):
-            self.error(data.line_of(key), f"{where}{key}: must be an integer >= {minimum}, got {value!r}")
+        if key in data and (not _is_int(value) or not minimum <= value <= maximum):
+            self.error(data.line_of(key), f"{where}{key}: must be an integer in {minimum}..{maximum}, got {value!r}")
             return default
         return value
 
@@ -202,19 +212,21 @@ def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep"
     models = _models(c, data)
     specs = _specs(c, data)
     tasks = _tasks(c, data)
-    batch = c.int_field(data, "batch", "", 1, BATCH)
-    threads = c.int_field(data, "threads", "", 1, None)
+    batch = c.int_field(data, "batch", "", 1, BATCH, MAX_BATCH)
+    threads = c.int_field(data, "threads", "", 1, None, MAX_THREADS)
     executor = data.get("executor", "local")
     if executor not in EXECUTORS:
         c.error(data.line_of("executor"), f"executor: unknown executor {executor!r}{_hint(executor, EXECUTORS)}; "
                                           f"valid executors: {', '.join(EXECUTORS)}")
-    workers = c.int_field(data, "workers", "", 1, None)
+    workers = c.int_field(data, "workers", "", 1, None, MAX_THREADS)
     if workers is not None and executor == "local":
         c.error(data.line_of("workers"), "workers: the local executor runs one cell at a time; "
                                          "set 'executor: ray' to run cells on several workers")
     name = data.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        c.error(data.line_of("name"), f"name: must be a non-empty string, got {name!r}")
+    if "name" in data and not (isinstance(name, str) and SAFE_NAME.fullmatch(name) and ".." not in name):
+        # the name becomes a file name (<name>.sqlite): no folders, no way out of the output folder
+        c.error(data.line_of("name"), f"name: must be a file name of letters, digits, '.', '_' and '-' (at most "
+                                      f"128, starting with a letter or digit, no '..'), got {name!r}")
     wandb = _wandb(c, data)
     calibration = _calibration(c, data, specs)
     dtype, device = data.get("dtype"), data.get("device")
@@ -257,8 +269,8 @@ def _calibration(c: _Checker, data: LineDict, specs: tuple[str, ...]) -> Calibra
     if not isinstance(env, str):
         c.error(block.line_of("env") if "env" in block else line,
                 f"calibration.env: name the environment whose training-seed trajectories calibrate, got {env!r}")
-    horizon = c.int_field(block, "horizon", "calibration.", 1, 16)
-    samples = c.int_field(block, "samples", "calibration.", 1, 8)
+    horizon = c.int_field(block, "horizon", "calibration.", 1, 16, MAX_HORIZON)
+    samples = c.int_field(block, "samples", "calibration.", 1, 8, MAX_SEEDS)
     knobs = block.get("knobs", {})
     if not isinstance(knobs, dict):
         c.error(block.line_of("knobs"), f"calibration.knobs: must be a mapping of knob name to integer, got {knobs!r}")
@@ -434,8 +446,11 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
     horizons = task.get("horizons")
     if _is_int(horizons):
         horizons = [horizons]
-    if not isinstance(horizons, list) or not horizons or not all(_is_int(h) and h >= 1 for h in horizons):
-        c.error(task.line_of("horizons"), f"{where}horizons: must be a non-empty list of integers >= 1, got {horizons!r}")
+    if (not isinstance(horizons, list) or not horizons or len(horizons) > MAX_HORIZONS
+            or not all(_is_int(h) and 1 <= h <= MAX_HORIZON for h in horizons)):
+        shown = horizons if not isinstance(horizons, list) or len(horizons) <= 20 else f"a list of {len(horizons)}"
+        c.error(task.line_of("horizons"), f"{where}horizons: must be a non-empty list of at most {MAX_HORIZONS} "
+                                          f"integers in 1..{MAX_HORIZON}, got {shown!r}")
         horizons = []
     elif len(set(horizons)) != len(horizons):
         c.error(task.line_of("horizons"), f"{where}horizons: repeated horizon in {horizons}")
@@ -443,7 +458,11 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
         c.error(task.line_of("horizons"), f"{where}horizons: {max(horizons)} exceeds {env}'s maximum "
                                           f"horizon {cls.max_horizon}; valid horizons: 1..{cls.max_horizon}")
     seeds = task.get("seeds", 20)
-    if _is_int(seeds) and seeds >= 1:
+    if (_is_int(seeds) and seeds > MAX_SEEDS) or (isinstance(seeds, list) and len(seeds) > MAX_SEEDS):
+        count = seeds if _is_int(seeds) else len(seeds)
+        c.error(task.line_of("seeds"), f"{where}seeds: at most {MAX_SEEDS:,} seeds per task, got {count:,}")
+        seeds = []
+    elif _is_int(seeds) and seeds >= 1:
         seeds = list(range(TRAIN_SEEDS_BELOW, TRAIN_SEEDS_BELOW + seeds))
     elif isinstance(seeds, list) and seeds and all(_is_int(s) for s in seeds) and len(set(seeds)) == len(seeds):
         try:
@@ -464,7 +483,7 @@ def _agent_task(c: _Checker, task: LineDict, where: str) -> AgentTask | None:
             make_environment(env, horizon=h0, seed=TRAIN_SEEDS_BELOW, split="eval", **knobs)
         except (ValueError, TypeError) as e:
             c.error(task.line_of("knobs"), f"{where}knobs: {e}")
-    max_new = c.int_field(task, "max_new_tokens", where, 1, 32)
+    max_new = c.int_field(task, "max_new_tokens", where, 1, 32, MAX_NEW_TOKENS)
     prompt = _prompt(c, task, where)
     drift = task.get("drift", False)
     if not isinstance(drift, bool):
@@ -511,7 +530,7 @@ def _sampling(c: _Checker, block: LineDict, where: str) -> tuple[tuple[str, Any]
     k = sampling.get("samples", 4)
     if _is_int(k) and k > MAX_SAMPLES:
         c.error(sampling.line_of("samples"), f"{where}sampling.samples: at most {MAX_SAMPLES}, got {k}")
-    c.int_field(sampling, "seed", f"{where}sampling.", 0, None)
+    c.int_field(sampling, "seed", f"{where}sampling.", 0, None, 2**32 - 1)
     values = {k: sampling[k] for k in SAMPLING_KEYS if k in sampling}
     for k in ("temperature", "top_p"):  # 1 and 1.0 are one setting, and key as one
         if _is_number(values.get(k)):
@@ -555,7 +574,7 @@ def _short_form_task(c: _Checker, task: LineDict, where: str) -> ShortFormTask |
     name = task.get("task")
     if not isinstance(name, str) or not name:
         c.error(task.line_of("task"), f"{where}task: name the benchmark task (a non-empty string), got {name!r}")
-    limit = c.int_field(task, "limit", where, 1, None)
+    limit = c.int_field(task, "limit", where, 1, None, 10_000_000)
     options = task.get("options", {})
     if not isinstance(options, dict):
         c.error(task.line_of("options"), f"{where}options: must be a mapping, got {options!r}")

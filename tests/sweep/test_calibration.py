@@ -46,7 +46,7 @@ def test_a_calibration_block_without_a_static_spec_is_an_error():
 
 @pytest.mark.parametrize("block, message", [
     ("calibration: {env: ledgr}\n", "Unknown environment 'ledgr'"),
-    ("calibration: {env: pointer_chase, samples: 0}\n", "calibration.samples: must be an integer >= 1"),
+    ("calibration: {env: pointer_chase, samples: 0}\n", "calibration.samples: must be an integer in 1.."),
     ("calibration: {env: pointer_chase, sample: 3}\n", "unknown key 'sample' (did you mean 'samples'?)"),
     ("calibration: {env: pointer_chase, prompt: {mode: nativ}}\n", "prompt.mode: unknown mode 'nativ'"),
     ("calibration: pointer_chase\n", "calibration: must be a mapping"),

@@ -38,17 +38,26 @@ def test_a_good_file_parses_to_canonical_specs_and_held_out_seeds():
     ("models: [tiny:llama]", "models: [tiny:lama]", 2, "unknown tiny architecture 'lama'"),
     ("  - w8-a16-kv:16", "  - w99-a16-kv:16", 5, "specs: bad spec 'w99-a16-kv:16'"),
     ("    env: ledger", "    env: ledgr", 8, "Unknown environment 'ledgr'. Did you mean 'ledger'? Available:"),
-    ("    horizons: [1, 2]", "    horizons: [0, 2]", 9, "horizons: must be a non-empty list of integers >= 1"),
+    ("    horizons: [1, 2]", "    horizons: [0, 2]", 9, "horizons: must be a non-empty list of at most 1000 integers in 1..100000"),
     ("    horizons: [1, 2]", "    horizons: [1, 100000]", 9, "maximum horizon"),
     ("    seeds: 2", "    seeds: [3, 4]", 10, "seeds: seed 3 is a training seed"),
     ("    seeds: 2", "    seeds: 2\n    knobs: {nope: 1}", 11, "tasks[0].knobs: unknown knob 'nope' for ledger; valid knobs:"),
     ("    seeds: 2", "    seeds: 2\n    horizon: 3", 11, "tasks[0].unknown key 'horizon' (did you mean 'horizons'?)"),
     ("  - kind: agent", "  - kind: agnet", 7, "unknown kind 'agnet' (did you mean 'agent'?); valid kinds: agent, short_form"),
     ("name: t", "name: t\nexecutor: rya", 2, "executor: unknown executor 'rya' (did you mean 'ray'?); valid executors: local, ray"),
-    ("name: t", "name: t\nexecutor: ray\nworkers: 0", 3, "workers: must be an integer >= 1, got 0"),
+    ("name: t", "name: t\nexecutor: ray\nworkers: 0", 3, "workers: must be an integer in 1..1024, got 0"),
     ("name: t", "name: t\nworkers: 4", 2, "workers: the local executor runs one cell at a time; set 'executor: ray'"),
     ("name: t", "name: t\nexecuter: ray", 2, "unknown key 'executer' (did you mean 'executor'?)"),
     ("    seeds: 2", "    seeds: 2\n    drift: yes please", 11, "tasks[0].drift: must be true or false, got 'yes please'"),
+    # every count is bounded before anything is built (a billion seeds once reached 22 GB)
+    ("    seeds: 2", "    seeds: 1000000000", 10, "tasks[0].seeds: at most 100,000 seeds per task, got 1,000,000,000"),
+    ("    horizons: [1, 2]", "    horizons: [1, 1000000000]", 9, "integers in 1..100000, got [1, 1000000000]"),
+    ("    seeds: 2", "    seeds: 2\n    max_new_tokens: 1000000000", 11, "max_new_tokens: must be an integer in 1..32768"),
+    ("name: t", "name: t\nbatch: 1000000000", 2, "batch: must be an integer in 1..4096, got 1000000000"),
+    # the name becomes <name>.sqlite: no folders, no way out
+    ("name: t", "name: /etc/passwd", 1, "name: must be a file name of letters, digits"),
+    ("name: t", "name: ../../outside", 1, "name: must be a file name of letters, digits"),
+    ("name: t", "name: a..b", 1, "no '..'"),
 ])
 def test_each_error_names_the_line_the_value_and_the_choices(old, new, line, message):
     assert old in GOOD

@@ -291,6 +291,11 @@ def paired_comparison(
         detail = f"{a_name} only: {n01}, {b_name} only: {n10}"
         rows.append(_row("McNemar exact", diff, None, None, None, exact, detail))
         rows.append(_row("McNemar mid-p", diff, None, None, None, mid, detail))
+        if n01 + n10 > 0:  # the asymptotic tests a textbook prints: Agresti's (uncorrected) and R's default
+            for quantity, corrected in (("McNemar chi-square", False), ("McNemar chi-square (corrected)", True)):
+                chi = sm_mcnemar(table, exact=False, correction=corrected)
+                rows.append(_row(quantity, diff, None, None, None, float(chi.pvalue),
+                                 f"{detail}; chi2 = {float(chi.statistic):.3f}, df = 1"))
         if n01 + n10 == 0:
             notes.append("no discordant items: McNemar p = 1")
     elif mcnemar:

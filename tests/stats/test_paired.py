@@ -65,6 +65,11 @@ def test_mcnemar_table_matches_r_documentation_example():
     assert r.diff == pytest.approx((86 - 150) / 1600)
     assert r.mcnemar_p == pytest.approx(2 * stats.binom.cdf(86, 236, 0.5))
     assert r.mcnemar_p < 1e-4
+    # both asymptotic rows, as the textbooks print them: Agresti's table (uncorrected) 17.356, R's 16.818
+    plain, corrected = r.row(quantity="McNemar chi-square"), r.row(quantity="McNemar chi-square (corrected)")
+    assert "chi2 = 17.356, df = 1" in plain["detail"] and "chi2 = 16.818, df = 1" in corrected["detail"]
+    assert plain["p_value"] == pytest.approx(stats.chi2.sf((150 - 86) ** 2 / 236, 1))
+    assert corrected["p_value"] == pytest.approx(4.115e-05, rel=1e-3)
 
 
 def test_vectorised_helpers_match_statsmodels():

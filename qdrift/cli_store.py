@@ -14,6 +14,8 @@ def open_store(path, existing: bool = False):
     if existing and not Path(path).exists():
         raise SystemExit(f"qdrift: no results store at {path} (run `qdrift sweep run FILE --store {path}` first)")
     try:
-        return Store(path)
+        store = Store(path)
+        store.check_integrity()
+        return store
     except ValueError as e:
         raise SystemExit(f"qdrift: {e}") from None

@@ -84,6 +84,10 @@ class CodeChanged(ValueError):
     """The store holds results measured by other qdrift code than the running one."""
 
 
+class StoreDamaged(ValueError):
+    """SQLite's integrity check found damage: a damaged store may answer "done" for cells it lost."""
+
+
 class WeightsChanged(ValueError):
     """The store pins other weights under a model's name than the ones a cell was measured on."""
 
@@ -185,6 +189,19 @@ class Store(SharedRuns):
         elif int(found[0]) != SCHEMA_VERSION:
             raise ValueError(f"store {self.path} has schema_version {found[0]}; this qdrift reads version "
                              f"{SCHEMA_VERSION} only (write a new store, or use the qdrift that wrote it)")
+
+    def check_integrity(self) -> None:
+        """StoreDamaged unless SQLite's `PRAGMA integrity_check` says ok (checked before a run and before
+        reports: a store with damaged pages once answered "20 already done" and crashed `status`)."""
+        try:
+            found = [r[0] for r in self._db.execute("PRAGMA integrity_check(5)")]
+        except sqlite3.DatabaseError as e:
+            found = [f"{type(e).__name__}: {e}"]
+        if found != ["ok"]:
+            raise StoreDamaged(
+                f"store {self.path} is damaged (SQLite's integrity check: {'; '.join(found)}); nothing was run "
+                "or read from it. Keep the file, recover what SQLite can into a new one "
+                f"(`sqlite3 {self.path} .recover | sqlite3 recovered.sqlite`), or move it away to start afresh")
 
     def _connect_read_only(self) -> sqlite3.Connection:
         """A read-only connection (`mode=ro`), which still sees what a writer commits meanwhile. SQLite

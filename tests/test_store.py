@@ -378,3 +378,41 @@ def test_a_cells_identifying_columns_win_over_a_rows_own_fields(tmp_path):
         "baseline", "baseline", None, "mmlu_local", "k1")
     assert (row["row_spec"], row["row_spec_hash"], row["row_task"], row["row_cell"]) == (
         "w16-a16-kv:16", "ab", "mmlu_local_anatomy", "theirs")
+
+
+def _damaged_store(path):
+    """A store of 20 done cells whose middle page is overwritten, as a disk or a copy can damage one."""
+    with Store(path) as store:
+        for i in range(20):
+            store.record_done(f"k{i}", {"i": i}, {"episode": [{"x": j, "pad": "y" * 200} for j in range(50)]}, 0, 1)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2 // 4096 * 4096)
+        f.write(bytes(range(256)) * 16)
+
+
+def test_a_damaged_store_is_refused_before_a_run_and_before_a_report(tmp_path, capsys):
+    from qdrift.cli import main
+    from qdrift.store import StoreDamaged
+    from qdrift.sweep import parse_sweep, run_sweep
+
+    path = tmp_path / "r.sqlite"
+    _damaged_store(path)
+    store = Store(path)
+    assert store.status("k3") == "done"  # what a run used to trust: it skipped cells as already done
+    with pytest.raises(StoreDamaged, match="is damaged .*integrity check.*malformed.*recover"):
+        store.check_integrity()
+    sweep = parse_sweep("models: [tiny:llama]\nspecs: [baseline]\ntasks:\n  - {kind: agent, env: ledger, "
+                        "horizons: [1], seeds: 1}\n")
+    with pytest.raises(StoreDamaged):
+        run_sweep(sweep, store, progress=False)
+    store.close()
+    with pytest.raises(SystemExit, match="r.sqlite is damaged"):
+        main(["sweep", "status", "default", "--store", str(path)])
+    assert path.stat().st_size > 0  # the file is kept as it was, for recovery
+
+
+def test_an_intact_store_passes_the_integrity_check(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        store.record_done("k", {"i": 1}, {"episode": [{"x": 1}]}, 0, 1)
+        store.check_integrity()

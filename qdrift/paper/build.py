@@ -91,6 +91,7 @@ def collect(cfg: PaperConfig) -> tuple[dict[str, ModelResults], list[dict[str, A
                 results.setdefault(model, ModelResults(model, cfg.labels))
             continue
         with Store(spath) as store:
+            store.check_integrity()
             per = {model: ModelResults.from_store(store, model, cfg.labels, keys) for model in sweep.models}
             codes = store.code_fingerprints()
         status.append({"sweep": path.name, "cells": len(keys), "done": sum(r.cells for r in per.values()),

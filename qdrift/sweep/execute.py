@@ -181,6 +181,7 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     from qdrift.models.fingerprint import model_fingerprint
 
     store.require_writable()  # before hashing any model: a read-only store takes no result
+    store.check_integrity()  # a damaged store can report cells done that it no longer holds
     store.check_code(running_code(), allow_code_change)
     weights = {ref: model_fingerprint(ref) for ref in sweep.models}
     for ref, fingerprint in weights.items():  # before any cell runs: never resume into results of other weights

@@ -76,7 +76,14 @@ def load_model_ref(ref: str, dtype: Any = None, require_tokenizer: bool = True) 
         return load_finetune(folder, dtype=dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()
+    from safetensors import SafetensorError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()
+    except SafetensorError as e:  # a truncated or corrupted weights file: name it, not a Rust traceback
+        files = ", ".join(sorted(p.name for p in Path(ref).glob("*.safetensors"))) or "its .safetensors files"
+        raise ValueError(f"model {ref}: its weights ({files}) cannot be read: {e} (a truncated or damaged "
+                         "download? fetch the files again)") from None
     try:
         return model, AutoTokenizer.from_pretrained(ref, local_files_only=True)
     except (OSError, ValueError):

@@ -191,7 +191,14 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"sweep file not found: {path}")
-    return parse_sweep(path.read_text(encoding="utf-8"), source=str(path), default_name=path.stem)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise SweepError(str(path), [(line, f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} "
+                                            "(save the file as UTF-8)")]) from None
+    return parse_sweep(text, source=str(path), default_name=path.stem)
 
 
 def parse_sweep(text: str, source: str = "<string>", default_name: str = "sweep") -> Sweep:

@@ -213,3 +213,10 @@ def test_a_short_form_task_its_runner_does_not_know_is_refused_before_any_cell_r
     text = f"models: [organism]\nspecs: [baseline]\ntasks:\n  - kind: short_form\n    runner: {runner}\n    task: {task}\n"
     found = problems(text)
     assert any(re.search(message, p) and "tasks[0].task" in p for p in found), found
+
+
+def test_a_file_that_is_not_utf8_is_one_error_naming_its_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(GOOD.replace("name: t", "name: t\ndescription: caf\xe9").encode("latin-1"))
+    with pytest.raises(SweepError, match=r"latin1.yaml:2: not UTF-8 text: byte 0xe9 at offset \d+"):
+        load_sweep(path)

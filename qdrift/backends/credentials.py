@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 REDACTED = "***"
@@ -41,11 +42,20 @@ class Secret:
         raise TypeError("a Secret cannot be pickled; read the key again where it is needed")
 
 
+# A key this short is a test key or a typo, and it occurs inside ordinary words ("ab" in "table"):
+# replacing every occurrence mangled whole messages, so it is replaced only where it stands alone.
+SHORT_SECRET = 8
+
+
 def scrub(text: str, secret: Secret | None) -> str:
-    """`text` with every occurrence of the secret replaced by ***."""
+    """`text` with every occurrence of the secret replaced by ***; a secret shorter than SHORT_SECRET
+    characters only where it is not part of a longer word (letters, digits, '_' or '-' on either side)."""
     if secret is None or not text:
         return text
-    return text.replace(secret.reveal(), REDACTED)
+    value = secret.reveal()
+    if len(value) >= SHORT_SECRET:
+        return text.replace(value, REDACTED)
+    return re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", REDACTED, text)
 
 
 def load_api_key(api_key_env: str | None = "OPENAI_API_KEY", config_file: str | Path | None = None,

@@ -5,7 +5,10 @@ Heavy parts load lazily, so `import qdrift.spec` or `import qdrift.stats` needs 
 
 from importlib import import_module
 
+from qdrift import quiet
+
 __version__ = "0.1.0"
+quiet.install()
 
 _LAZY = {
     "quantize": "qdrift.quant",

@@ -114,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # one line, not a traceback through torch: stores and checkpoints are atomic
+        print(f"qdrift {args.command}: interrupted; what was already recorded is kept (a sweep, fine-tune or "
+              "verification rerun with the same command resumes from it)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

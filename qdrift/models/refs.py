@@ -74,9 +74,8 @@ def load_model_ref(ref: str, dtype: Any = None, require_tokenizer: bool = True) 
     folder = finetune_dir(ref)
     if folder is not None:
         return load_finetune(folder, dtype=dtype)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, local_files_only=True).eval()

@@ -5,12 +5,12 @@ import importlib.metadata as md
 import importlib.util
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("lm_eval")
+tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with tomllib (Python 3.11+)")
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 

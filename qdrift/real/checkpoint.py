@@ -14,6 +14,7 @@ checkpoint dequantizes to exactly the fake path's weights.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -101,6 +102,68 @@ def compress_module(m: RealQuantLinear) -> dict[str, torch.Tensor]:
     return out
 
 
+CHECKSUMS = "qdrift_sha256"  # safetensors metadata: JSON {tensor name: sha256 of its bytes}, written at save
+
+
+def tensor_sha256(t: torch.Tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes (float8 and bfloat16 read as raw bytes)."""
+    raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(raw.numpy().tobytes())
+    return h.hexdigest()
+
+
+def _check_checksums(tensors: dict[str, torch.Tensor], metadata: dict | None, path: Path) -> None:
+    """Every tensor a qdrift checkpoint recorded a checksum for must still have it (random bytes in the
+    packed data once loaded with |delta logit| up to 13). Checkpoints of other tools carry none."""
+    recorded = json.loads((metadata or {}).get(CHECKSUMS, "{}"))
+    bad = [k for k, digest in recorded.items() if k not in tensors or tensor_sha256(tensors[k]) != digest]
+    if bad:
+        raise ValueError(f"{path}: {len(bad)} tensor(s) differ from the checksums recorded when it was saved "
+                         f"(e.g. {bad[0]}): the file is damaged or was edited; save the model again")
+
+
+def _check_module(name: str, tensors: dict[str, torch.Tensor], scheme: TensorScheme) -> None:
+    """Shapes, dtypes and values of one quantized module's tensors against its scheme, before unpacking:
+    a wrong-shaped, integer, NaN, infinite or non-positive scale loaded silently and scaled every output."""
+    def bad(msg: str):
+        raise ValueError(f"quantized module {name}: {msg}")
+
+    needed = (("weight", "weight_scale") if scheme.format == "fp8e4m3" else
+              ("weight_packed", "weight_shape", "weight_scale") + (() if scheme.symmetric else ("weight_zero_point",)))
+    missing = [k for k in needed if k not in tensors]
+    if missing:
+        bad(f"missing {', '.join(missing)} (a {scheme} weight stores {', '.join(needed)})")
+    if scheme.format == "fp8e4m3":
+        w = tensors["weight"]
+        if w.dtype != torch.float8_e4m3fn or w.dim() != 2:
+            bad(f"weight must be a 2-D float8_e4m3fn tensor, got {w.dtype} {tuple(w.shape)}")
+        out, inp = w.shape
+    else:
+        shape = tensors["weight_shape"]
+        if shape.dtype.is_floating_point or shape.numel() != 2 or bool((shape <= 0).any()):
+            bad(f"weight_shape must be two positive integers, got {shape.tolist()} ({shape.dtype})")
+        out, inp = (int(v) for v in shape)
+        packed = tensors["weight_packed"]
+        expected = (out, -(-inp * scheme.bits // 32))
+        if packed.dtype != torch.int32 or tuple(packed.shape) != expected:
+            bad(f"weight_packed must be int32 of shape {expected} for weight_shape {[out, inp]} at {scheme.bits} "
+                f"bits, got {packed.dtype} {tuple(packed.shape)}")
+    scale = tensors["weight_scale"]
+    groups = 1 if scheme.granularity != "group" else (inp // scheme.group_size if scheme.group_size else 0)
+    want = (1,) if scheme.granularity == "tensor" else (out, groups)
+    shape_ok = scale.numel() == 1 if scheme.granularity == "tensor" else tuple(scale.shape) == want
+    if not shape_ok:
+        bad(f"weight_scale must have shape {want} for a {out} x {inp} weight ({scheme.granularity}), "
+            f"got {tuple(scale.shape)}")
+    if not scale.dtype.is_floating_point:
+        bad(f"weight_scale must be floating point, got {scale.dtype}")
+    s = scale.float()
+    if not bool(torch.isfinite(s).all()) or not bool((s > 0).all()):
+        n = int((~torch.isfinite(s) | (s <= 0)).sum())
+        bad(f"weight_scale has {n} value(s) that are NaN, infinite, zero or negative (scales must be finite and > 0)")
+
+
 def decompress_module(tensors: dict[str, torch.Tensor], scheme: TensorScheme) -> tuple[PackedWeight, torch.Tensor | None]:
     """Inverse of compress_module: real storage (and bias) from compressed-tensors tensors."""
     from qdrift.real.packing import pack_int4
@@ -166,7 +229,8 @@ def save_quantized(model: nn.Module, directory: str | Path) -> Path:
         seen.add(value.data_ptr())
         tensors[key] = value.detach().cpu().contiguous()
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    checksums = {k: tensor_sha256(v) for k, v in tensors.items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt", CHECKSUMS: json.dumps(checksums)})
     config = model.config.to_dict()
     config["quantization_config"] = qcfg
     config["qdrift_spec"] = str(real_spec_of(model))
@@ -203,7 +267,16 @@ def load_quantized(directory: str | Path, *, kernel: str = "auto", **from_config
     scheme = scheme_from_args(group.weights)
     if spec_text:
         _check_declared_spec(spec_text, scheme, directory)
-    tensors = load_file(str(directory / WEIGHTS_FILE))
+    from safetensors import SafetensorError, safe_open
+
+    weights = directory / WEIGHTS_FILE
+    try:
+        tensors = load_file(str(weights))
+        with safe_open(str(weights), "pt") as f:
+            metadata = f.metadata()
+    except (SafetensorError, FileNotFoundError) as e:
+        raise ValueError(f"{weights} cannot be read: {e}") from None
+    _check_checksums(tensors, metadata, weights)
     quantized = sorted({k.rsplit(".", 1)[0] for k in tensors if k.endswith(".weight_scale")})
     dtype = next(v.dtype for k, v in tensors.items() if v.is_floating_point() and not k.startswith(tuple(quantized)))
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
@@ -217,6 +290,7 @@ def load_quantized(directory: str | Path, *, kernel: str = "auto", **from_config
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **from_config_kwargs).eval()
     for name in quantized:
         local = {k[len(name) + 1:]: tensors.pop(k) for k in list(tensors) if k.startswith(f"{name}.")}
+        _check_module(name, local, scheme)
         packed, bias = decompress_module(local, scheme)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, RealQuantLinear(packed, bias, kernel=kernel))

@@ -112,3 +112,55 @@ def test_conv1d_models_are_refused(tmp_path):
 def test_unquantized_model_cannot_be_saved(tmp_path):
     with pytest.raises(ValueError, match="not really quantized"):
         save_quantized(tiny_model("llama"), tmp_path)
+
+
+def _rewrite(directory, edit, keep_checksums=False) -> None:
+    """Edit model.safetensors' tensors; by default drop the recorded checksums, as a tool that rewrites the
+    file without knowing them would (so the structural checks are what is tested)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = directory / "model.safetensors"
+    tensors = load_file(str(path))
+    with safe_open(str(path), "pt") as f:
+        metadata = dict(f.metadata())
+    edit(tensors)
+    if not keep_checksums:
+        metadata.pop("qdrift_sha256")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
+
+
+SCALE = "model.layers.0.self_attn.q_proj.weight_scale"
+PACKED = "model.layers.0.self_attn.q_proj.weight_packed"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.update({SCALE: t[SCALE][:, :1]}), r"weight_scale must have shape \(\d+, \d+\) .* got \(\d+, 1\)"),
+    (lambda t: t[SCALE].view(-1).__setitem__(3, float("nan")), "weight_scale has 1 value\\(s\\) that are NaN, infinite, zero or negative"),
+    (lambda t: t[SCALE].view(-1).__setitem__(0, 0.0), "weight_scale has 1 value\\(s\\) that are NaN"),
+    (lambda t: t.update({SCALE: t[SCALE].to(torch.int32)}), "weight_scale must be floating point, got torch.int32"),
+    (lambda t: t.update({PACKED: t[PACKED][:, :-1]}), "weight_packed must be int32 of shape"),
+    (lambda t: t.pop(PACKED), "missing weight_packed"),
+])
+def test_a_checkpoint_with_bad_scales_or_packed_shapes_is_refused_naming_the_module(tmp_path, edit, message):
+    save_quantized(quantize_real(tiny_model("llama"), "w4g32-a16-kv:16"), tmp_path)
+    _rewrite(tmp_path, edit)
+    with pytest.raises(ValueError, match=f"quantized module model.layers.0.self_attn.q_proj: {message}"):
+        load_quantized(tmp_path)
+
+
+def test_random_bytes_in_the_packed_data_fail_the_checksum_recorded_at_save(tmp_path):
+    save_quantized(quantize_real(tiny_model("llama"), "w4g32-a16-kv:16"), tmp_path)
+    g = torch.Generator().manual_seed(0)
+    _rewrite(tmp_path, lambda t: t[PACKED].view(-1)[:8].copy_(torch.randint(-2**31, 2**31 - 1, (8,), generator=g,
+                                                                             dtype=torch.int32)), keep_checksums=True)
+    with pytest.raises(ValueError, match=f"differ from the checksums recorded when it was saved \\(e.g. {PACKED}\\)"):
+        load_quantized(tmp_path)
+
+
+def test_a_truncated_checkpoint_is_one_error_naming_the_file(tmp_path):
+    save_quantized(quantize_real(tiny_model("llama"), "w8-a16-kv:16"), tmp_path)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:500])
+    with pytest.raises(ValueError, match="model.safetensors cannot be read"):
+        load_quantized(tmp_path)

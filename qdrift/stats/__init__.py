@@ -22,6 +22,7 @@ from qdrift.stats.horizon import half_horizon, step_error_ratio, success_by_hori
 from qdrift.stats.multiple import adjust
 from qdrift.stats.paired import paired_comparison, paired_from_rows
 from qdrift.stats.power import mde_paired, mde_table, n_for_equivalence, power_paired
+from qdrift.stats.readoff import survival_readoff
 from qdrift.stats.result import Result
 from qdrift.stats.step_power import mde_step_error_ratio, power_step_error_ratio, step_power_table
 
@@ -29,4 +30,5 @@ __all__ = ["Result", "adjust", "compounding_test", "cox", "divergence_summary", 
            "drift_trend",
            "half_horizon", "hazard_test", "kaplan_meier", "logrank", "mde_paired", "mde_table",
            "mde_step_error_ratio", "n_for_equivalence", "paired_comparison", "paired_from_rows", "per_step_accuracy",
-           "power_paired", "power_step_error_ratio", "step_error_ratio", "step_power_table", "success_by_horizon"]
+           "power_paired", "power_step_error_ratio", "step_error_ratio", "step_power_table", "success_by_horizon",
+           "survival_readoff"]

@@ -12,7 +12,9 @@ the chunks are still OpenAI's (role, content and tool_calls deltas, finish_reaso
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hmac
 import json
 import queue
 import threading
@@ -22,8 +24,10 @@ from collections.abc import Iterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import MutableHeaders
 
+from qdrift.backends.credentials import Secret
 from qdrift.serve.generation import PreparedTurn, RequestError, ServedModel, StepToken, Turn
 from qdrift.serve.messages import MessageError
 from qdrift.serve.protocol import (
@@ -105,17 +109,14 @@ def _usage(turn: Turn) -> Usage:
                  total_tokens=turn.prompt_tokens + turn.completion_tokens)
 
 
-def create_app(served: ServedModel) -> FastAPI:
-    """The app serving `served`; run it with uvicorn (qdrift.serve.run) or any ASGI server."""
+def create_app(served: ServedModel, api_key: Secret | None = None) -> FastAPI:
+    """The app serving `served`; run it with uvicorn (qdrift.serve.run) or any ASGI server. With
+    `api_key`, every request must carry `Authorization: Bearer <key>` (401 otherwise, as OpenAI answers)."""
     app = FastAPI(title="qdrift serve", version="1")
     lock = threading.Lock()
     spec_label = served.spec or "baseline"
-
-    @app.middleware("http")
-    async def tag_spec(request: Request, call_next):
-        response = await call_next(request)
-        response.headers[SPEC_HEADER] = spec_label
-        return response
+    app.add_middleware(_SpecAndKey, spec_label=spec_label,
+                       expected=None if api_key is None else f"Bearer {api_key.reveal()}".encode())
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_request: Request, exc: RequestValidationError):
@@ -128,7 +129,7 @@ def create_app(served: ServedModel) -> FastAPI:
                                             "owned_by": "qdrift", "qdrift_spec": spec_label}]}
 
     @app.post("/v1/chat/completions")
-    def chat_completions(request: ChatCompletionRequest):
+    async def chat_completions(request: ChatCompletionRequest, http: Request):
         if request.model is not None and request.model != served.name:
             return JSONResponse(error_body(f"model {request.model!r} is not served here; this server serves "
                                            f"{served.name!r} (GET /v1/models)", "model", code="model_not_found"),
@@ -143,8 +144,15 @@ def create_app(served: ServedModel) -> FastAPI:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return StreamingResponse(_stream(served, lock, turn, rid, created, include_usage),
                                      media_type="text/event-stream")
-        with lock:
-            tokens = list(served.decode(turn))
+        cancel = threading.Event()
+        decoding = asyncio.get_running_loop().run_in_executor(None, _decode_all, served, lock, turn, cancel)
+        while not decoding.done():  # a client that hangs up stops the decoding (it held the model to max_tokens)
+            await asyncio.wait([decoding], timeout=DISCONNECT_POLL_S)
+            if not decoding.done() and await http.is_disconnected():
+                cancel.set()
+        tokens = await decoding
+        if cancel.is_set():
+            return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
         result = served.finish(turn, tokens)
         message = ResponseMessage(content=result.content, tool_calls=_tool_calls(result) or None)
         choice = Choice(message=message, finish_reason=result.finish_reason,
@@ -155,7 +163,40 @@ def create_app(served: ServedModel) -> FastAPI:
     return app
 
 
+class _SpecAndKey:
+    """Tags every response with the spec served and, with a key, refuses requests without it (401).
+
+    Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware stands between the
+    endpoint and the connection, so `Request.is_disconnected()` never saw a client hang up."""
+
+    def __init__(self, app, spec_label: str, expected: bytes | None):
+        self.app, self.spec_label, self.expected = app, spec_label, expected
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def tagged(message):
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)[SPEC_HEADER] = self.spec_label
+            await send(message)
+
+        if self.expected is not None:
+            sent = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(sent, self.expected):
+                refusal = JSONResponse(error_body("invalid or missing API key: send 'Authorization: Bearer <key>'",
+                                                  None, code="invalid_api_key"), status_code=401)
+                return await refusal(scope, receive, tagged)
+        await self.app(scope, receive, tagged)
+
+
 _END = object()
+DISCONNECT_POLL_S = 0.05
+
+
+def _decode_all(served: ServedModel, lock: threading.Lock, turn: PreparedTurn, cancel: threading.Event):
+    with lock:
+        return list(served.decode(turn, cancel))
 
 
 def _decoded(served: ServedModel, lock: threading.Lock, turn: PreparedTurn) -> Iterator[StepToken]:
@@ -164,11 +205,12 @@ def _decoded(served: ServedModel, lock: threading.Lock, turn: PreparedTurn) -> I
     stops reading) would otherwise hold it, and requests waiting for it would fill the server's worker
     threads until the stream itself could not be resumed."""
     q: queue.SimpleQueue = queue.SimpleQueue()
+    cancel = threading.Event()  # set when the stream is closed (the client went away): decoding stops
 
     def produce() -> None:
         try:
             with lock:
-                for tok in served.decode(turn):
+                for tok in served.decode(turn, cancel):
                     q.put(tok)
         except BaseException as e:  # noqa: BLE001 - handed to the stream, which reports it
             q.put(e)
@@ -176,10 +218,13 @@ def _decoded(served: ServedModel, lock: threading.Lock, turn: PreparedTurn) -> I
             q.put(_END)
 
     threading.Thread(target=produce, name="qdrift-stream-decode", daemon=True).start()
-    while (item := q.get()) is not _END:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    try:
+        while (item := q.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        cancel.set()
 
 
 def _stream(served: ServedModel, lock: threading.Lock, turn: PreparedTurn, rid: str, created: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import string
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -100,11 +101,38 @@ def _held_back(text: str, stops: tuple[str, ...]) -> int:
     return hold
 
 
+def _refuse_surrogates(request: ChatCompletionRequest) -> None:
+    """RequestError for a lone surrogate anywhere in the request's text (JSON's \\ud800 escapes decode to
+    one, which no tokenizer can encode: it was a 500 with a plain-text body)."""
+    def walk(value, where: str):
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise RequestError(f"{where} holds a lone surrogate (U+{ord(value[e.start]):04X} at character "
+                                   f"{e.start}), which is not valid Unicode text", where.split("[")[0]) from None
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(k, where)
+                walk(v, f"{where}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]")
+
+    for name in ("messages", "tools", "stop"):
+        walk(request.model_dump(include={name}).get(name), name)
+
+
 class ServedModel:
     """A loaded (optionally quantized) model with its tokenizer, ToolPrompt and the spec it carries."""
 
     def __init__(self, model, tokenizer, prompt: ToolPrompt, name: str, spec: str | None,
-                 default_max_tokens: int = 512):
+                 default_max_tokens: int = 512, max_tokens_limit: int | None = None):
+        if max_tokens_limit is not None and max_tokens_limit < 1:
+            raise ValueError(f"max_tokens_limit must be >= 1 or None, got {max_tokens_limit}")
+        self.max_tokens_limit = max_tokens_limit  # the most a request may ask for (None: the context)
+        if max_tokens_limit is not None:
+            default_max_tokens = min(default_max_tokens, max_tokens_limit)
         self.model = model
         self.tokenizer = tokenizer
         self.prompt = prompt
@@ -131,6 +159,7 @@ class ServedModel:
     # ------------------------------------------------------------------------------ prepare
 
     def prepare(self, request: ChatCompletionRequest) -> PreparedTurn:
+        _refuse_surrogates(request)
         uses_tools = request.uses_tools
         prompt = self.prompt if uses_tools else replace(self.prompt, prefill_opening=False, prefill_extra="")
         messages = prompt_messages(request, prompt)
@@ -140,6 +169,9 @@ class ServedModel:
             raise RequestError(f"the chat template of {self.name} rejected the messages: {e}", "messages") from None
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         explicit = request.max_completion_tokens or request.max_tokens
+        if explicit and self.max_tokens_limit is not None and explicit > self.max_tokens_limit:
+            raise RequestError(f"max_tokens {explicit} exceeds this server's limit of {self.max_tokens_limit} "
+                               "(qdrift serve --max-tokens-limit)", "max_tokens")
         max_tokens = explicit or self.default_max_tokens
         if self.context is not None:
             room = self.context - len(ids)
@@ -184,9 +216,10 @@ class ServedModel:
                                                              clean_up_tokenization_spaces=False)
 
     @torch.no_grad()
-    def decode(self, turn: PreparedTurn) -> Iterator[StepToken]:
+    def decode(self, turn: PreparedTurn, cancel: threading.Event | None = None) -> Iterator[StepToken]:
         """Yield generated tokens one by one; the last carries its stop_reason. Not thread-safe:
-        the caller serializes (the app holds one lock per model)."""
+        the caller serializes (the app holds one lock per model). A set `cancel` (the client went away)
+        ends decoding before the next token's forward, without a stop reason."""
         from transformers import DynamicCache
 
         s = turn.sampling
@@ -221,6 +254,8 @@ class ServedModel:
                 reason = "length"
             yield StepToken(tok, float(logp[tok]), top, reason)
             if reason is not None:
+                return
+            if cancel is not None and cancel.is_set():
                 return
             ids = torch.tensor([[tok]], device=self.device)
             out = self.model(input_ids=ids, cache=cache, use_cache=True)

@@ -25,7 +25,7 @@ def is_loopback(host: str) -> bool:
 
 def load_served(model_ref: str, spec: str | None = None, dtype: Any = None, name: str | None = None,
                 tool_mode: str = "auto", tool_format: str | None = None, prefill_opening: bool = False,
-                default_max_tokens: int = 512) -> ServedModel:
+                default_max_tokens: int = 512, max_tokens_limit: int | None = None) -> ServedModel:
     """A model reference (qdrift.models.refs) loaded and, unless `spec` is None or 'baseline', quantized."""
     from qdrift.envs.prompting import tool_prompt_for
     from qdrift.models.refs import load_model_ref
@@ -41,19 +41,20 @@ def load_served(model_ref: str, spec: str | None = None, dtype: Any = None, name
 
         qdrift.quantize(model, canonical, keep_original=False)
     prompt = tool_prompt_for(tokenizer, mode=tool_mode, parser=tool_format, prefill_opening=prefill_opening)
-    return ServedModel(model, tokenizer, prompt, name or model_ref, canonical, default_max_tokens)
+    return ServedModel(model, tokenizer, prompt, name or model_ref, canonical, default_max_tokens, max_tokens_limit)
 
 
 class ServerThread:
     """uvicorn serving `served` from a daemon thread; port 0 picks a free port (see `.port`)."""
 
-    def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+    def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                 api_key=None):
         import uvicorn
 
         from qdrift.serve.app import create_app
 
         self.served = served
-        config = uvicorn.Config(create_app(served), host=host, port=port, log_level=log_level)
+        config = uvicorn.Config(create_app(served, api_key), host=host, port=port, log_level=log_level)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="qdrift-serve", daemon=True)
 

@@ -75,7 +75,7 @@ def cmd_replay(args) -> int:
     print(f"endpoint: {endpoint.url} model {args.model} (auth: {endpoint.describe()['auth']})")
     print(f"requests: {len(requests)}; already succeeded in the journal: {already}; sending {len(requests) - already}")
     with endpoint:
-        outcomes = replay(endpoint, requests, journal, concurrency=args.concurrency)
+        outcomes = replay(endpoint, requests, journal, concurrency=args.concurrency, progress="replay")
     counts = Counter("ok" if o.ok else o.reason for o in outcomes.values())
     for reason, n in sorted(counts.items(), key=lambda kv: (kv[0] != "ok", -kv[1], kv[0])):
         print(f"{reason:>20}  {n}")

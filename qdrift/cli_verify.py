@@ -100,7 +100,7 @@ def cmd_run(args) -> int:
     try:
         run = verify_endpoints(reqs, ref, eps, args.out, repeats=args.reference_repeats, model=args.model,
                                overrides=overrides, concurrency=args.concurrency,
-                               allow_mixed_fingerprints=args.allow_mixed_fingerprints)
+                               allow_mixed_fingerprints=args.allow_mixed_fingerprints, progress=True)
         analysis = analyse(run, margin=args.margin, alpha=args.alpha, n_boot=args.n_boot, seed=args.seed)
     except ValueError as e:
         raise SystemExit(f"qdrift verify run: {e}") from None

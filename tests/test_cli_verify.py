@@ -29,7 +29,11 @@ def test_make_requests_then_run_against_fake_endpoints(tmp_path, monkeypatch, ca
     assert made == {"ref": ("http://h:1/v1", "m"), "q4": ("http://h:2/v1", "m")}
     report = json.loads((out / "report.json").read_text())
     assert len(report["meta"]["requests_sha256"]) == 64 and report["summaries"]["q4"]["requests"] == len(reqs)
-    assert "q4" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "q4" in captured.out
+    # a progress bar per replay on stderr: it printed nothing for minutes
+    for label in ("ref (run 1 of 2)", "ref (run 2 of 2)", "q4"):
+        assert f"{label}: 100%" in captured.err and f"{len(reqs)}/{len(reqs)}" in captured.err
     assert (out / "journals" / "reference.r2.jsonl").exists() and (out / "journals" / "endpoint-q4.jsonl").exists()
 
 

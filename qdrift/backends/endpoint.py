@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -109,10 +110,11 @@ def check_journal(journal: Path, identity: dict[str, Any], observed: tuple[str, 
 
 
 def replay(endpoint: ChatEndpoint, requests: Iterable[tuple[str, dict]], journal: Path,
-           concurrency: int = 4) -> dict[str, Outcome]:
+           concurrency: int = 4, progress: str | None = None) -> dict[str, Outcome]:
     """Send every (request_id, body) not already answered in `journal`; return all outcomes by id.
 
-    Failed requests are sent again on a rerun; successes never are. Ids must be unique.
+    Failed requests are sent again on a rerun; successes never are. Ids must be unique. `progress`:
+    a label for a progress bar on stderr (requests answered / total, failures, ETA), None for none.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -127,15 +129,32 @@ def replay(endpoint: ChatEndpoint, requests: Iterable[tuple[str, dict]], journal
     _end_torn_line(journal)
     todo = [(rid, body) for rid, body in requests if not (rid in outcomes and outcomes[rid].ok)]
     lock = threading.Lock()
+    bar = None
+    if progress is not None:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(requests), initial=len(requests) - len(todo), desc=progress, unit="req",
+                   file=sys.stderr, dynamic_ncols=True)
+    failed = 0
 
     def one(item: tuple[str, dict]) -> None:
+        nonlocal failed
         rid, body = item
         out = endpoint.complete(body, rid)
         with lock, journal.open("a", encoding="utf-8") as f:
             f.write(json.dumps(out.row()) + "\n")
             f.flush()
             outcomes[rid] = out
+            if bar is not None:
+                failed += not out.ok
+                bar.update(1)
+                if failed:
+                    bar.set_postfix(failed=failed)
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        list(pool.map(one, todo))
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            list(pool.map(one, todo))
+    finally:
+        if bar is not None:
+            bar.close()
     return {rid: outcomes[rid] for rid in ids}

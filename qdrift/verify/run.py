@@ -103,7 +103,8 @@ def check_fingerprints(name: str, journals: list[Path], allow_mixed: bool = Fals
 
 
 def replay_scores(endpoint: ChatEndpoint, requests: list[VerifyRequest], journal: Path, model: str | None = None,
-                  overrides: dict[str, Any] | None = None, concurrency: int = 4) -> list[ResponseScore]:
+                  overrides: dict[str, Any] | None = None, concurrency: int = 4,
+                  progress: str | None = None) -> list[ResponseScore]:
     """Send the requests not yet answered in `journal` and score every request's latest outcome.
 
     The journal is resumed only for the same endpoint (URL, model) and the same request bodies; the
@@ -113,7 +114,7 @@ def replay_scores(endpoint: ChatEndpoint, requests: list[VerifyRequest], journal
     bodies = [(r.id, r.prepared(model, overrides)) for r in requests]
     check_journal(journal, journal_identity(endpoint, bodies), observed=_OBSERVED, way_out="write to a new --out")
     try:
-        outcomes = replay(endpoint, bodies, journal, concurrency=concurrency)
+        outcomes = replay(endpoint, bodies, journal, concurrency=concurrency, progress=progress)
     finally:
         _record_fingerprints(journal)
     return score_run(requests, outcomes)
@@ -134,7 +135,8 @@ class VerifyRun:
 def verify_endpoints(requests: list[VerifyRequest], reference: tuple[str, ChatEndpoint],
                      endpoints: dict[str, ChatEndpoint], out_dir: str | Path, repeats: int = 3,
                      model: str | None = None, overrides: dict[str, Any] | None = None,
-                     concurrency: int = 4, allow_mixed_fingerprints: bool = False) -> VerifyRun:
+                     concurrency: int = 4, allow_mixed_fingerprints: bool = False,
+                     progress: bool = False) -> VerifyRun:
     """Replay `requests` `repeats` times against the reference and once against each endpoint.
 
     Each endpoint's answers (the reference's over all its repeats) must carry one system_fingerprint,
@@ -153,11 +155,16 @@ def verify_endpoints(requests: list[VerifyRequest], reference: tuple[str, ChatEn
                 **{name: [journal_path(out_dir, name)] for name in endpoints}}
     for name, paths in journals.items():
         check_fingerprints(name, paths, allow_mixed_fingerprints)
-    runs = [replay_scores(ref, requests, path, model, overrides, concurrency) for path in journals[ref_name]]
+    def label(name: str) -> str | None:  # a bar per replay, named as its journal is
+        return name if progress else None
+
+    runs = [replay_scores(ref, requests, path, model, overrides, concurrency,
+                          label(f"{ref_name} (run {k} of {repeats})"))
+            for k, path in enumerate(journals[ref_name], 1)]
     found = {ref_name: check_fingerprints(ref_name, journals[ref_name], allow_mixed_fingerprints)}
     scores = {}
     for name, ep in endpoints.items():
-        scores[name] = replay_scores(ep, requests, journals[name][0], model, overrides, concurrency)
+        scores[name] = replay_scores(ep, requests, journals[name][0], model, overrides, concurrency, label(name))
         found[name] = check_fingerprints(name, journals[name], allow_mixed_fingerprints)
     return VerifyRun(requests, ref_name, runs, scores, {name: fp for name, (fp, _) in found.items()},
                      [note for _, notes in found.values() for note in notes])

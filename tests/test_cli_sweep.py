@@ -146,3 +146,18 @@ def test_a_store_measured_by_other_code_is_refused_until_allowed_and_status_name
     main(["sweep", "status", str(sweep), "--store", str(store)])
     # each cell keeps the code that measured it (equal counts in the order the cells were recorded)
     assert f"code of the store's done cells: 1 by sha256 eeeeeeeeeeeeeeee...; 1 by {mine}" in capsys.readouterr().out
+
+
+def test_without_store_results_go_to_the_output_folder_not_the_current_one(tmp_path, monkeypatch, capsys):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(TEXT)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("QDRIFT_OUT", raising=False)
+    assert main(["sweep", "run", str(sweep), "--quiet"]) == 0
+    assert [p.name for p in work.iterdir()] == ["qdrift-out"] and (work / "qdrift-out" / "cli.sqlite").is_file()
+    monkeypatch.setenv("QDRIFT_OUT", str(tmp_path / "elsewhere"))
+    capsys.readouterr()
+    assert main(["sweep", "status", str(sweep)]) == 0
+    assert f"1 pending (store: {tmp_path / 'elsewhere' / 'cli.sqlite'})" in capsys.readouterr().out

@@ -1,9 +1,10 @@
 """`qdrift replay`: send recorded chat-completion requests to an endpoint, journaling every outcome.
 
 The requests file holds one JSON object per line: a chat-completions body, optionally with an
-"id" (a string or integer; without one, the id of qdrift's `_qdrift` metadata, else the line
-number). A file from `qdrift verify make-requests` replays as is: its `_qdrift` field is removed
-and `_input` roles are sent as `system`, exactly as `qdrift verify run` sends them. A rerun with
+"id" (a string or integer; without one, the id qdrift's metadata gives it, from the `.meta.jsonl`
+beside a file of `qdrift verify make-requests` or an older file's inline `_qdrift`, else the line
+number). Such a file replays as is: `_input` roles are sent as `system` (and an inline `_qdrift`
+is removed), exactly as `qdrift verify run` sends them. A rerun with
 the same journal sends only what has not yet succeeded; the journal's `.meta.json` records the
 endpoint and a hash of the requests, and a rerun with another endpoint or an edited file is refused.
 """
@@ -14,7 +15,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from qdrift.verify.requests import META_KEY, sendable
+from qdrift.verify.requests import META_KEY, read_meta, sendable
 
 
 def read_requests(path: str | Path) -> list[tuple[str, dict]]:
@@ -24,6 +25,7 @@ def read_requests(path: str | Path) -> list[tuple[str, dict]]:
         raise ValueError(f"requests file {str(path)!r} does not exist")
     out: list[tuple[str, dict]] = []
     first_line: dict[str, int] = {}
+    sidecar = read_meta(path)  # ids written by `qdrift verify make-requests` beside its file
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -37,7 +39,7 @@ def read_requests(path: str | Path) -> list[tuple[str, dict]]:
         meta = obj.get(META_KEY)
         if meta is not None and not isinstance(meta, dict):
             raise ValueError(f"{path}:{n}: '{META_KEY}' must be an object of metadata, got {type(meta).__name__}")
-        rid = obj.pop("id", (meta or {}).get("id", n))
+        rid = obj.pop("id", (meta or sidecar.get(n, {}).get("meta") or {}).get("id", n))
         if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == "":
             raise ValueError(f"{path}:{n}: \"id\" must be a non-empty string or an integer, got {rid!r}")
         if not isinstance(obj.get("messages"), list) or not obj["messages"]:

@@ -1,12 +1,17 @@
 """The request file: JSONL, one chat-completion request body with tools per line.
 
 This is the format of the public K2 Vendor Verifier's `samples.jsonl`: each line is a complete
-request body (`messages`, `tools`, optionally `temperature`, `max_tokens`, ...). As there, a
-message with role `_input` is sent as `system`, and the served model name is set at send time.
-qdrift may add one field, `_qdrift`, holding the request's id and where it came from (environment,
-horizon, seed, step and the oracle's expected call); it is removed before a body is sent, so a
-qdrift file stays usable by the public verifier. A line without `_qdrift` gets the id
-`line<N>-<hash>` (its line number and a content hash), so a journal keyed by id notices an edit.
+request body (`messages`, `tools`, optionally `temperature`, `max_tokens`, ...), which its script
+passes as is to `client.chat.completions.create(**body)`. As there, a message with role `_input` is
+sent as `system`, and the served model name is set at send time.
+
+qdrift's metadata for each request (its id and where it came from: environment, horizon, seed,
+step and the oracle's expected call) lives beside the file, in `<name>.meta.jsonl` (`meta_path`),
+one line per request with the sha256 of the body it describes, so the request file itself is
+exactly what that script accepts (an extra key inside a body made the openai client refuse every
+request). Files written by earlier qdrift versions, with the metadata inline under `_qdrift`, still
+read. A line with no metadata gets the id `line<N>-<hash>` (its line number and a content hash),
+so a journal keyed by id notices an edit.
 """
 
 from __future__ import annotations
@@ -106,11 +111,38 @@ def check_body(body: Any, where: str) -> None:
         raise ValueError(f"{where}: '{META_KEY}' must be an object of metadata, got {type(meta).__name__}")
 
 
+def meta_path(path: str | Path) -> Path:
+    """Where the metadata of request file `path` lives: `r.jsonl` -> `r.meta.jsonl`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem if path.suffix == '.jsonl' else path.name}.meta.jsonl")
+
+
+def read_meta(path: Path) -> dict[int, dict]:
+    """The sidecar's metadata by request line number (empty when there is no sidecar)."""
+    side = meta_path(path)
+    if not side.is_file():
+        return {}
+    found = {}
+    for n, line in enumerate(side.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            found[int(row["line"])] = row
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{side}:{n}: not a metadata line (a JSON object with 'line', 'body_sha256' and "
+                             "'meta')") from None
+    return found
+
+
 def read_requests(path: str | Path) -> list[VerifyRequest]:
-    """Every request in the file, checked; errors name the line. Blank lines are skipped."""
+    """Every request in the file, checked; errors name the line. Blank lines are skipped. Metadata
+    comes from the sidecar `meta_path(path)` when there is one (each line checked against the body it
+    describes), else from an inline `_qdrift` key."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"request file not found: {path}")
+    sidecar = read_meta(path)
     out: list[VerifyRequest] = []
     seen: dict[str, int] = {}
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -123,6 +155,12 @@ def read_requests(path: str | Path) -> list[VerifyRequest]:
             raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
         check_body(body, where)
         meta = dict(body.get(META_KEY, {}))
+        if n in sidecar:
+            if sidecar[n].get("body_sha256") != content_hash(body):
+                raise ValueError(f"{where}: the body differs from the one {meta_path(path).name} describes (the "
+                                 "request file was edited after its metadata was written); remake both with "
+                                 "`qdrift verify make-requests`, or delete the .meta.jsonl to use the file without it")
+            meta = {**dict(sidecar[n].get("meta") or {}), **meta}
         rid = meta.get("id") or f"line{n}-{content_hash(body)[:10]}"
         if not isinstance(rid, str):
             raise ValueError(f"{where}: {META_KEY}.id must be a string, got {rid!r}")
@@ -136,17 +174,20 @@ def read_requests(path: str | Path) -> list[VerifyRequest]:
 
 
 def write_requests(path: str | Path, requests: list[VerifyRequest]) -> Path:
-    """Write requests as JSONL (metadata under `_qdrift`, with the id); checked before writing."""
+    """Write the bodies as JSONL (nothing but request bodies) and their metadata, with the ids, to
+    `meta_path(path)`; checked before writing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
+    lines, metas = [], []
     for i, r in enumerate(requests):
         body = {k: v for k, v in r.body.items() if k != META_KEY}
-        body[META_KEY] = {**r.meta, "id": r.id}
         check_body(body, f"request {i} ({r.id})")
         lines.append(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+        metas.append(json.dumps({"line": i + 1, "body_sha256": content_hash(body), "meta": {**r.meta, "id": r.id}},
+                                ensure_ascii=False, separators=(",", ":")))
     ids = [r.id for r in requests]
     if len(set(ids)) != len(ids):
         raise ValueError(f"request ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})[:5]}")
+    meta_path(path).write_text("\n".join(metas) + "\n", encoding="utf-8")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -52,3 +52,19 @@ def test_duplicate_ids_are_refused(tmp_path):
     f.write_text(json.dumps(body) + "\n" + json.dumps(body) + "\n")
     with pytest.raises(ValueError, match="already used on line 1"):
         read_requests(f)
+
+
+def test_an_edited_body_no_longer_matches_its_metadata_and_says_so(tmp_path):
+    reqs = [VerifyRequest("a", {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS}, {"env": "e"})]
+    f = write_requests(tmp_path / "r.jsonl", reqs)
+    f.write_text(f.read_text().replace('"x"', '"y"'))
+    with pytest.raises(ValueError, match=r"r.jsonl:1: the body differs from the one r.meta.jsonl describes"):
+        read_requests(f)
+
+
+def test_an_older_file_with_inline_metadata_still_reads(tmp_path):
+    f = tmp_path / "old.jsonl"
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "_qdrift": {"id": "k", "env": "e"}}
+    f.write_text(json.dumps(body) + "\n")
+    (req,) = read_requests(f)
+    assert req.id == "k" and req.meta["env"] == "e" and "_qdrift" not in req.prepared()

@@ -49,8 +49,8 @@ def test_an_unknown_recipe_lists_the_shipped_ones(tmp_path):
 
 
 def test_a_config_can_extend_another_replacing_some_keys(tmp_path):
-    qat = load_config("smollm2-agent-qat")
-    base = load_config("smollm2-agent")
+    qat = load_config("smollm2-agent-stage2-qat")
+    base = load_config("smollm2-agent-stage2")
     assert qat.qat == "w4g64" and qat.to_dict() == {**base.to_dict(), "qat": "w4g64"}
     loop = tmp_path / "loop.yaml"
     loop.write_text(f"extends: {loop}\n")

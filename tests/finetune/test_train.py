@@ -49,6 +49,19 @@ def test_the_same_seed_gives_the_same_weights_and_another_seed_does_not(referenc
     assert not same(adapter(reference), adapter(tmp_path / "other"))
 
 
+def test_bf16_autocast_trains_and_repeats_bit_for_bit(tmp_path):
+    cfg = tiny_config(autocast_bf16=True, steps=1)
+    finetune(cfg, tmp_path / "a", progress=False)
+    finetune(cfg, tmp_path / "b", progress=False)
+    assert same(adapter(tmp_path / "a"), adapter(tmp_path / "b"))
+    assert not same(adapter(tmp_path / "a"), adapter(_fp32_one_step(tmp_path)))
+
+
+def _fp32_one_step(tmp_path):
+    finetune(tiny_config(steps=1), tmp_path / "fp32", progress=False)
+    return tmp_path / "fp32"
+
+
 def test_stopping_and_resuming_reaches_the_uninterrupted_result(reference, tmp_path):
     out = tmp_path / "resumed"
     finetune(tiny_config(), out, progress=False, stop_after=2)

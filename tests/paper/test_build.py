@@ -69,6 +69,8 @@ def test_the_paper_directory_names_its_sweeps_template_and_a_label_for_every_spe
     assert (PAPER / "Makefile").read_text().count("$(QDRIFT) paper .") == 2
 
 
+@pytest.mark.skipif(shared_data_dir() is None, reason="the GPU sweep's short-form tasks read MMLU and GSM8K from the "
+                    "shared benchmark data (../shared/data or $QDRIFT_SHARED_DATA), absent on this machine")
 def test_the_gpu_sweep_file_validates_once_its_model_directory_exists(tmp_path, monkeypatch):
     from qdrift.sweep import SweepError, load_sweep
 

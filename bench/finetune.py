@@ -10,7 +10,9 @@
 Measured on 2 CPU cores (one run, `--only train --steps 2`, the recipe's episodes of steps 1-2):
 LoRA r16 with bf16 autocast 217 tokens/s; LoRA r16 in fp32 119 (0.55x); full fine-tuning with bf16
 autocast 184 (0.85x, 134.5M trainable against 4.9M, and a 540 MB result against the adapter's 20 MB).
-Hence the recipe's LoRA with bf16 autocast. Part 2 has not been run yet.
+Hence the first recipe's LoRA with bf16 autocast. That machine had native bf16; on a 2-core AVX2
+EPYC without it, bf16 autocast was ~23x slower than fp32 (`qdrift.finetune.train.native_bf16`), so
+the second stage trained in fp32 (96 tokens/s). Part 2 has not been run yet.
 
     python bench/finetune.py                       # both parts, ~15 min on 2 cores
     python bench/finetune.py --only train --steps 2
@@ -75,10 +77,12 @@ def bench_episodes(model_ref: str, env: str, horizon: int, batches: list[int], v
 
     name, knobs = parse_env_entry(env)
     print(f"episodes: {model_ref}, {env}, L = {horizon}, greedy, calibration seeds (never the held-out ones)")
+    from qdrift.finetune.train import native_bf16
+
     dtypes = [torch.float32]
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if native_bf16():
         dtypes.append(torch.bfloat16)
-    else:  # measured: a bf16 forward and backward ran ~20x slower than fp32 on an AVX2 EPYC
+    else:
         print(f"  bfloat16 skipped: this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16")
     for dtype in dtypes:
         model, tok = load_model_ref(model_ref, dtype=dtype)

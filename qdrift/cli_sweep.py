@@ -9,6 +9,7 @@ workers (a local cluster, or `--ray-address`); the store is written by this proc
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -28,12 +29,13 @@ def _load(args):
     return sweep, Path(args.store) if args.store else output_dir() / f"{sweep.name}.sqlite"
 
 
+DEFAULT_STORE = "default: qdrift-out/<sweep name>.sqlite, or $QDRIFT_OUT/<sweep name>.sqlite"
+
+
 def output_dir() -> Path:
     """Where a sweep's store (and the report and plots beside it) go when --store is not given:
     $QDRIFT_OUT, else `qdrift-out/` under the current directory (ignored by the project's git), so
     that results do not clutter the folder a command runs in."""
-    import os
-
     return Path(os.environ.get("QDRIFT_OUT") or "qdrift-out")
 
 
@@ -271,7 +273,7 @@ def add_parser(sub) -> None:
     ssub = s.add_subparsers(dest="sweep_command", metavar="ACTION", required=True)
     run = ssub.add_parser("run", help="run every cell not already done (failed cells are retried)")
     run.add_argument("file", help="sweep YAML file, or 'default' for the shipped organism sweep")
-    run.add_argument("--store", help="SQLite results store (default: qdrift-out/<sweep name>.sqlite, or $QDRIFT_OUT/...)")
+    run.add_argument("--store", help=f"SQLite results store ({DEFAULT_STORE})")
     run.add_argument("--threads", type=positive_int, help="torch CPU threads (overrides the file's 'threads')")
     run.add_argument("--executor", choices=("local", "ray"),
                      help="run cells one by one in this process (local, the default) or on Ray workers "
@@ -292,7 +294,7 @@ def add_parser(sub) -> None:
     cell.add_argument("--spec", required=True, help="one of the file's specs, or 'baseline'")
     cell.add_argument("--task", required=True, help="a task name (or #INDEX), or NAME@HORIZON")
     cell.add_argument("--horizon", type=int, help="the horizon, for agent tasks")
-    cell.add_argument("--store", help="SQLite results store (default: qdrift-out/<sweep name>.sqlite, or $QDRIFT_OUT/...)")
+    cell.add_argument("--store", help=f"SQLite results store ({DEFAULT_STORE})")
     cell.add_argument("--threads", type=positive_int, help="torch CPU threads (overrides the file's 'threads')")
     cell.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_code_change_flag(cell)
@@ -300,12 +302,12 @@ def add_parser(sub) -> None:
     cell.set_defaults(func=cmd_sweep_cell, under_agent=True)
     wc = ssub.add_parser("wandb-config", help="a W&B sweep configuration (grid) whose agent runs are the cells")
     wc.add_argument("file", help="sweep YAML file, or 'default'")
-    wc.add_argument("--store", help="the store the agent runs commit to (default: qdrift-out/<sweep name>.sqlite, or $QDRIFT_OUT/...)")
+    wc.add_argument("--store", help=f"the store the agent runs commit to ({DEFAULT_STORE})")
     wc.add_argument("--out", help="write the YAML here (default: print it)")
     wc.set_defaults(func=cmd_sweep_wandb_config)
     st = ssub.add_parser("status", help="list the sweep's cells: done, failed (with the error) or pending")
     st.add_argument("file", help="sweep YAML file, or 'default'")
-    st.add_argument("--store", help="SQLite results store (default: qdrift-out/<sweep name>.sqlite, or $QDRIFT_OUT/...)")
+    st.add_argument("--store", help=f"SQLite results store ({DEFAULT_STORE})")
     st.set_defaults(func=cmd_sweep_status)
     c = sub.add_parser("compare", help="markdown report (+ PNG plots) of every variant vs the baseline in a store")
     c.add_argument("--store", required=True, help="SQLite results store written by `qdrift sweep run`")

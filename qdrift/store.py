@@ -155,6 +155,7 @@ class Store(SharedRuns):
         (a store on a read-only filesystem, or another user's), so that it can still be read (status,
         compare, cards); any write then raises ReadOnlyStore naming the path."""
         self.path = Path(path)
+        self._intact = False  # set once check_integrity has passed on this connection
         self.read_only = _not_writable(self.path) if read_only is None else read_only
         try:
             if self.read_only:
@@ -192,7 +193,10 @@ class Store(SharedRuns):
 
     def check_integrity(self) -> None:
         """StoreDamaged unless SQLite's `PRAGMA integrity_check` says ok (checked before a run and before
-        reports: a store with damaged pages once answered "20 already done" and crashed `status`)."""
+        reports: a store with damaged pages once answered "20 already done" and crashed `status`). Once
+        per open store: a command that opens it checked and then runs a sweep on it reads it once."""
+        if self._intact:
+            return
         try:
             found = [r[0] for r in self._db.execute("PRAGMA integrity_check(5)")]
         except sqlite3.DatabaseError as e:
@@ -202,6 +206,7 @@ class Store(SharedRuns):
                 f"store {self.path} is damaged (SQLite's integrity check: {'; '.join(found)}); nothing was run "
                 "or read from it. Keep the file, recover what SQLite can into a new one "
                 f"(`sqlite3 {self.path} .recover | sqlite3 recovered.sqlite`), or move it away to start afresh")
+        self._intact = True
 
     def _connect_read_only(self) -> sqlite3.Connection:
         """A read-only connection (`mode=ro`), which still sees what a writer commits meanwhile. SQLite

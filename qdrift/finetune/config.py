@@ -128,10 +128,9 @@ class FinetuneConfig:
     def _init_fingerprint(self) -> str:
         """sha256 over the adapter files of `init_from`, read once."""
         from qdrift.models.agents import finetune_dir, finetune_files
-        from qdrift.verify.requests import file_sha256
+        from qdrift.models.fingerprint import files_fingerprint
 
-        return hashlib.sha256("".join(f"{f.name}\t{file_sha256(f)}\n"
-                                      for f in finetune_files(finetune_dir(self.init_from))).encode()).hexdigest()
+        return files_fingerprint(finetune_files(finetune_dir(self.init_from)))
 
     @classmethod
     def from_dict(cls, d: dict) -> FinetuneConfig:

@@ -46,11 +46,15 @@ def model_files(ref: str) -> list[Path]:
     return files
 
 
-def model_fingerprint(ref: str) -> str:
-    """sha256 (hex) of the lines `name<TAB>sha256 of the file` of `ref`'s files, in name order;
-    for `tiny:<arch>` the sha256 of the reference itself."""
+def files_fingerprint(files: list[Path]) -> str:
+    """sha256 (hex) of the lines `name<TAB>sha256 of the file`, in the order given."""
     from qdrift.verify.requests import file_sha256
 
+    return hashlib.sha256("".join(f"{f.name}\t{file_sha256(f)}\n" for f in files).encode()).hexdigest()
+
+
+def model_fingerprint(ref: str) -> str:
+    """`files_fingerprint` of `ref`'s files, in name order; for `tiny:<arch>` the sha256 of the
+    reference itself."""
     files = model_files(ref)
-    text = "".join(f"{f.name}\t{file_sha256(f)}\n" for f in files) if files else ref
-    return hashlib.sha256(text.encode()).hexdigest()
+    return files_fingerprint(files) if files else hashlib.sha256(ref.encode()).hexdigest()

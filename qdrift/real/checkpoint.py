@@ -150,8 +150,8 @@ def _check_module(name: str, tensors: dict[str, torch.Tensor], scheme: TensorSch
             bad(f"weight_packed must be int32 of shape {expected} for weight_shape {[out, inp]} at {scheme.bits} "
                 f"bits, got {packed.dtype} {tuple(packed.shape)}")
     scale = tensors["weight_scale"]
-    groups = 1 if scheme.granularity != "group" else (inp // scheme.group_size if scheme.group_size else 0)
-    want = (1,) if scheme.granularity == "tensor" else (out, groups)
+    want = (1,) if scheme.granularity == "tensor" else (
+        out, inp // scheme.group_size if scheme.granularity == "group" else 1)
     shape_ok = scale.numel() == 1 if scheme.granularity == "tensor" else tuple(scale.shape) == want
     if not shape_ok:
         bad(f"weight_scale must have shape {want} for a {out} x {inp} weight ({scheme.granularity}), "

@@ -44,8 +44,10 @@ def test_an_already_quantized_model_keeps_its_spec_and_refuses_another(tiny):
 
 
 def test_unknown_pretrained_names_the_builtins():
-    with pytest.raises(ValueError, match="valid built-ins: organism, smollm2, smollm2-agent, tiny:<arch>"):
+    # every shipped fine-tune is offered; the list grows as fine-tunes ship
+    with pytest.raises(ValueError, match=r"valid built-ins: organism, smollm2, smollm2-agent(, [\w-]+)*, tiny:<arch>") as err:
         QdriftLM(pretrained="no-such-model")
+    assert "smollm2-agent-stage2" in str(err.value)
 
 
 def test_a_model_object_needs_its_tokenizer(tiny):

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="a model reference (e.g. smollm2-agent)")
     p.add_argument("--env", required=True, help="environment name or path/to/file.py@Class")
     p.add_argument("--knob", required=True, help="the knob to set (e.g. vmax)")
-    p.add_argument("--values", required=True, type=int, nargs="+", help="candidate values, easiest first")
+    p.add_argument("--values", required=True, type=int, nargs="+", help="candidate values, easiest first (one value: measure it against the target)")
     p.add_argument("--target", required=True, type=float, help="per-step accuracy to aim at, e.g. 0.98")
     p.add_argument("--horizon", required=True, type=positive_int)
     p.add_argument("--seeds", type=positive_int, default=16, help="calibration seeds per value (default 16)")

@@ -79,8 +79,8 @@ def check_knob(env: str, knob: str, values: Sequence[int], horizon: int, fixed: 
         raise ValueError(f"{env} has no knob {knob!r}; its knobs: {', '.join(valid) or 'none'}")
     if knob in fixed:
         raise ValueError(f"knob {knob!r} is both calibrated and fixed (--knobs); give it once")
-    if len(values) < 2 or len(set(values)) != len(values):
-        raise ValueError(f"give at least two distinct candidate values of {knob}, easiest first; got {list(values)}")
+    if not values or len(set(values)) != len(values):
+        raise ValueError(f"give distinct candidate values of {knob}, easiest first (one value: measure it); got {list(values)}")
     for v in values:
         make_environment(env, horizon=horizon, seed=DEV_SEEDS_FROM, **{**fixed, knob: v})  # range errors name the knob
 
@@ -90,7 +90,7 @@ def calibrate(policy_factory: Callable[[], object], env: str, knob: str, values:
               log: Callable[[str], None] | None = None) -> Calibration:
     """Find the value of `knob` (candidates `values`, easiest first) whose accuracy is nearest `target`.
 
-    Assumes accuracy does not rise along `values`; bisects for the last value at or above the target
+    Assumes accuracy does not rise along `values`; with one value, measures it; else bisects for the last value at or above the target
     and its harder neighbour, measures both, and chooses the nearer one (a value that misses the
     target band `REGIME` is still chosen, with a note saying how far it got).
     """
@@ -114,7 +114,11 @@ def calibrate(policy_factory: Callable[[], object], env: str, knob: str, values:
         return cache[i]["per_step_accuracy"]
 
     lo, hi = 0, len(values) - 1
-    if acc(lo) < target:
+    if lo == hi:  # one value: measured, and placed against the target
+        a = acc(lo)
+        cal.chosen = cache[lo]
+        cal.note = f"{knob}={values[lo]}: per-step accuracy {a:.4f} {'at or above' if a >= target else 'below'} the target {target}"
+    elif acc(lo) < target:
         cal.chosen, cal.note = cache[lo], (f"the easiest value {knob}={values[lo]} is already below the target "
                                            f"({acc(lo):.4f} < {target}); give easier values")
     elif acc(hi) >= target:

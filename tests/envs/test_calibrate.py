@@ -37,9 +37,18 @@ def test_a_target_out_of_reach_says_which_way_to_move(monkeypatch):
     assert "outside the measurable regime" in cal.note
 
 
+def test_one_value_is_measured_and_placed_against_the_target(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cal_mod, "measure", fake_measure({49: 0.97}, seen))
+    cal = calibrate(None, "dict_sum", "vmax", [49], 0.98, horizon=8, n_seeds=4)
+    assert [v for v, _ in seen] == [49] and cal.chosen["knobs"]["vmax"] == 49
+    assert "0.9700 below the target 0.98" in cal.note and "outside" not in cal.note
+
+
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"knob": "nope"}, "dict_sum has no knob 'nope'; its knobs: k, keys, vmax, keyspace"),
-    ({"values": [1, 1]}, "at least two distinct candidate values"),
+    ({"values": [1, 1]}, "distinct candidate values"),
+    ({"values": []}, "distinct candidate values"),
     ({"values": [1, 5000]}, "vmax must be in 1..999"),
     ({"target": 1.5}, "target must be a per-step accuracy in (0, 1)"),
 ])

@@ -7,6 +7,12 @@ the table (the table holds distractor keys too) moves the agent there and the ch
 from it; a key that does not exist changes nothing. `success()` checks the answer against the
 true end of the chain from the start key. Keys are `k<n>` with n below 1000 while
 2 * (L + 1 + distractors) <= 1000 (below 10_000, 100_000, ... beyond that).
+
+`digits` sets the length of what is copied each step: with `digits=D` every key has exactly D
+digits (`k1048576` at D=7). Why a knob: a key is copied from the last tool result, and copying is
+the one skill a small fine-tuned model does perfectly at three to five digits; the length of the
+copy is the difficulty that moves its per-step accuracy (`qdrift calibrate`). At its default (0)
+it is not part of the seed material, so every instance drawn before it existed is unchanged.
 """
 
 from __future__ import annotations
@@ -18,18 +24,36 @@ from qdrift.envs.toolenv import Knob, ToolEnv
 
 class PointerChase(ToolEnv):
     name = "pointer_chase"
-    knobs = {"distractors": Knob(20, 0, 10_000, "extra table keys off the chain")}
+    knobs = {
+        "distractors": Knob(20, 0, 10_000, "extra table keys off the chain"),
+        "digits": Knob(0, 0, 18, "0: keys below 1000 (longer only as the table needs); D: every key has D digits",
+                       seeds_at_default=False),
+    }
+
+    def check_settings(self):
+        def of_length(n: int) -> int:  # keys with exactly n digits
+            return 10 if n == 1 else 9 * 10 ** (n - 1)
+
+        digits, keys = self.knob("digits"), self.horizon + 1 + self.knob("distractors")
+        if digits and of_length(digits) < 2 * keys:
+            fewest = next(n for n in range(1, 19) if of_length(n) >= 2 * keys)
+            raise ValueError(f"pointer_chase: digits={digits} leaves too few keys for L + 1 + distractors = {keys} "
+                             f"(at most half the {of_length(digits)} keys of that length are used); "
+                             f"valid: 0 or digits >= {fewest}")
 
     def build(self, rng):
-        L, d = self.horizon, self.knob("distractors")
-        space = 1000
-        while space < 2 * (L + 1 + d):
-            space *= 10
+        L, d, digits = self.horizon, self.knob("distractors"), self.knob("digits")
+        if digits:
+            low, space = 10 ** (digits - 1) if digits > 1 else 0, 10 ** digits
+        else:
+            low, space = 0, 1000
+            while space < 2 * (L + 1 + d):
+                space *= 10
         used: set[int] = set()
 
         def fresh() -> str:
             while True:
-                n = rng.randrange(space)
+                n = rng.randrange(low, space)
                 if n not in used:
                     used.add(n)
                     return f"k{n}"

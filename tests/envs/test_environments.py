@@ -256,6 +256,29 @@ def test_a_knob_added_later_leaves_earlier_instances_alone_at_its_default():
     assert seeded(9, 0).turns != older(9, 0).turns  # an ordinary knob is part of the seed material
 
 
+def test_pointer_chase_digits_fixes_the_key_length_and_leaves_older_instances_alone():
+    import re
+
+    env = make_environment("pointer_chase", 64, 5, digits=7)
+    keys = set(env.table) | set(env.table.values())
+    assert len(keys) > 65 and all(re.fullmatch(r"k[1-9]\d{6}", k) for k in keys)
+    run_perfect(env)
+    assert env.success()
+    cls = type(env)
+    # pointer_chase as it was before `digits`
+    older = type("OlderPointerChase", (cls,), {"knobs": {"distractors": cls.knobs["distractors"]},
+                                               "knob": lambda self, k: 0 if k == "digits" else self.settings[k],
+                                               "check_settings": lambda self: None})
+    for seed, d in ((0, 20), (7, 500), (123, 5000)):
+        assert make_environment("pointer_chase", 64, seed, distractors=d).table == older(64, seed, distractors=d).table
+    assert make_environment("pointer_chase", 3, 1, digits=1, distractors=0).chain[0] in {f"k{n}" for n in range(10)}
+
+
+def test_pointer_chase_digits_must_leave_room_for_the_table():
+    with pytest.raises(ValueError, match=r"digits=2 leaves too few keys for L \+ 1 \+ distractors = 85 .* valid: 0 or digits >= 3"):
+        make_environment("pointer_chase", 64, 0, digits=2)
+
+
 def test_copy_environments_write_no_working():
     for name in ["pointer_chase", "ledger", "graph_nav", "file_system"]:
         assert make_environment(name, 5, 0).worked_note() == ""

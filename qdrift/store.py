@@ -64,6 +64,11 @@ CREATE TABLE IF NOT EXISTS holds (key TEXT PRIMARY KEY, token TEXT NOT NULL, pid
 -- next run with the same sink logs the rest, and a cell is never logged by two runs at once.
 CREATE TABLE IF NOT EXISTS pending_logs (key TEXT NOT NULL, sink TEXT NOT NULL, token TEXT,
                                          PRIMARY KEY (key, sink));
+-- Finished chunks (one batch of seeds each) of agent cells not yet recorded, with the code that ran
+-- them, so that a run killed an hour into a long cell resumes after its last finished chunk; a cell's
+-- chunks are deleted in the transaction that records it. Not part of the schema version.
+CREATE TABLE IF NOT EXISTS chunks (cell TEXT NOT NULL, chunk TEXT NOT NULL, code TEXT, data TEXT NOT NULL,
+                                   at REAL NOT NULL, PRIMARY KEY (cell, chunk));
 """
 _ROWS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -237,10 +242,10 @@ class Store(SharedRuns):
             raise ValueError(f"store {self.path} (read-only) is not a store qdrift wrote: it has no meta, cells "
                              "and rows tables; name the store a sweep wrote")
         # Tables a store made by an older qdrift may lack, empty: nothing of it started or is pending.
-        for name in ("started", "holds", "pending_logs"):
+        for name in ("started", "holds", "pending_logs", "chunks"):
             if name not in tables:
-                self._db.execute(next(line for line in _SCHEMA.splitlines() if f"EXISTS {name} " in line)
-                                 .replace("CREATE TABLE", "CREATE TEMP TABLE"))
+                statement = _SCHEMA[_SCHEMA.index(f"CREATE TABLE IF NOT EXISTS {name} "):]  # to its `;`, lines and all
+                self._db.execute(statement[:statement.index(";") + 1].replace("CREATE TABLE", "CREATE TEMP TABLE"))
         self._code_column = any(col[1] == "code" for col in self._db.execute("PRAGMA table_info(cells)"))
         found = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if found is None or int(found[0]) not in (1, SCHEMA_VERSION):
@@ -376,11 +381,32 @@ class Store(SharedRuns):
                 (key, canonical_json(config), status, error, started, finished, finished - started, time.time(),
                  code))
             db.executemany("INSERT INTO rows (cell, kind, data) VALUES (?, ?, ?)", payload)
+            if status == "done":
+                db.execute("DELETE FROM chunks WHERE cell = ?", (key,))
             db.execute("DELETE FROM started WHERE key = ?", (key,))
             db.execute("DELETE FROM holds WHERE key = ?", (key,))
             if sink is not None:
                 db.execute("INSERT OR REPLACE INTO pending_logs VALUES (?, ?, ?)", (key, sink, self._token))
         return True
+
+    def save_chunk(self, key: str, chunk: str, rows: Mapping[str, Iterable[Mapping]], code: str | None) -> None:
+        """Keep one finished chunk of the not yet recorded cell `key` (`{kind: [row, ...]}`), measured by `code`."""
+        data = json.dumps({kind: [dict(r) for r in rs] for kind, rs in rows.items()}, default=_plain)
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)", (key, chunk, code, data, time.time()))
+
+    def chunk_rows(self, key: str, chunk: str, code: str | None) -> dict[str, list[dict]] | None:
+        """A kept chunk's rows, or None: none kept, or kept from other code than `code` (never mixed in)."""
+        found = self._db.execute("SELECT code, data FROM chunks WHERE cell = ? AND chunk = ?", (key, chunk)).fetchone()
+        if found is None or found[0] != code:
+            return None
+        return json.loads(found[1])
+
+    def chunk_count(self, key: str | None = None) -> int:
+        """Chunks kept for cell `key` (every cell's with None)."""
+        if key is None:
+            return self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return self._db.execute("SELECT count(*) FROM chunks WHERE cell = ?", (key,)).fetchone()[0]
 
     def check_model(self, ref: str, fingerprint: str) -> None:
         """Record the weights' fingerprint of model `ref` on first use; raise if the store holds another.

@@ -416,3 +416,37 @@ def test_an_intact_store_passes_the_integrity_check(tmp_path):
     with Store(tmp_path / "r.sqlite") as store:
         store.record_done("k", {"i": 1}, {"episode": [{"x": 1}]}, 0, 1)
         store.check_integrity()
+
+
+def test_a_cells_finished_chunks_are_kept_for_its_code_only_and_go_when_it_is_recorded(tmp_path):
+    rows = {"episode": [{"seed": 7, "success": True}], "step": [{"seed": 7, "step": 0, "correct": True}]}
+    with Store(tmp_path / "s.sqlite") as s:
+        assert s.chunk_rows("k1", "7,8", "code-a") is None
+        s.save_chunk("k1", "7,8", rows, "code-a")
+        s.save_chunk("k2", "7,8", rows, "code-a")
+        assert s.chunk_rows("k1", "7,8", "code-a") == rows
+        assert s.chunk_rows("k1", "7,8", "code-b") is None  # other code's chunk is never mixed into a cell
+        assert s.chunk_rows("k1", "9,10", "code-a") is None and s.chunk_count() == 2
+        s.record_failed("k1", {"i": 1}, "boom", 0, 1)
+        assert s.chunk_count("k1") == 1  # a failed attempt keeps what finished
+        s.record_done("k1", {"i": 1}, rows, 0, 1)
+        assert s.chunk_count("k1") == 0 and s.chunk_count("k2") == 1
+
+
+def test_a_read_only_store_from_before_chunks_and_pending_logs_still_reads(tmp_path, monkeypatch):
+    import sqlite3
+
+    import qdrift.store as store_module
+
+    path = tmp_path / "s.sqlite"
+    with Store(path) as s:
+        s.record_done("k1", {"model": "m"}, {"episode": [{"seed": 1}]}, 1.0, 2.0)
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE chunks")
+    db.execute("DROP TABLE pending_logs")  # as an older qdrift wrote it
+    db.commit()
+    db.close()
+    monkeypatch.setattr(store_module.os, "access", lambda p, mode: mode != os.W_OK)
+    with Store(path) as s:
+        assert s.read_only and s.status("k1") == "done"
+        assert s.chunk_count() == 0 and s.pending_logs("wandb:e/p") == set()

@@ -172,6 +172,8 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
     Runs may share a store: each claims a cell just before running it (`Store.claim`) and skips the
     cells another live run is running, then waits for those (checking every `poll_s` seconds) and
     runs any whose run died before recording them. Two runs of one grid split its cells between them.
+    With the local executor, an agent cell also keeps each finished chunk of seeds in the store, so a
+    rerun after a kill resumes a long cell after its last finished chunk (qdrift.sweep.runners).
 
     `on_result` (e.g. a W&B sink) sees each result after it is committed to the store, so a sink
     that fails never costs a measured cell; after its first failure it is not called again, and the
@@ -188,6 +190,9 @@ def run_sweep(sweep: Sweep, store: Store, executor: Executor | None = None, prog
         store.check_model(ref, fingerprint)
     if executor is None:
         executor = executor_for(sweep)
+    runner = getattr(executor, "runner", None)
+    if hasattr(runner, "chunk_store"):  # in this process: agent cells keep finished chunks in the store
+        runner.chunk_store = (store, running_code())
     cells = unique_cells(sweep)
     with store.running():
         seen = store.attempts()  # a cell recorded failed more often later was tried by another run meanwhile

@@ -10,13 +10,37 @@ keeps the tokens of every baseline episode it ran or recorded (token ids only, k
 task, horizon and batch of seeds), so in one process the baseline runs once per horizon, and a
 cell on a fresh worker records them itself. Every cell stays independent of the others (any
 order, any worker).
+
+An agent cell runs in chunks of `batch` seeds. Given `chunks` (the local executor gives one bound
+to the store: `StoreChunks`), each finished chunk but the last is kept, and a rerun of a cell whose
+run was killed takes the kept chunks instead of running them again. A chunk depends only on its
+seeds (fresh environments and a fresh policy per chunk), so a resumed cell's rows equal an
+uninterrupted run's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from qdrift.sweep.cells import Cell
 from qdrift.sweep.file import BASELINE, AgentTask
 from qdrift.sweep.models import ModelCache
+
+
+@dataclass
+class StoreChunks:
+    """One cell's finished chunks, kept in the store with the code that measured them (Store.save_chunk)."""
+
+    store: Any  # qdrift.store.Store
+    cell_key: str
+    code: str | None
+
+    def load(self, chunk: str) -> dict[str, list[dict]] | None:
+        return self.store.chunk_rows(self.cell_key, chunk, self.code)
+
+    def save(self, chunk: str, rows: dict[str, list[dict]]) -> None:
+        self.store.save_chunk(self.cell_key, chunk, rows, self.code)
 
 
 class CellRunner:
@@ -27,6 +51,7 @@ class CellRunner:
         self.models = models or ModelCache(dtype=dtype, device=device)
         self.batch = batch
         self.baseline_traces: dict[tuple, list] = {}  # (model, task, horizon, seeds) -> the baseline's token traces
+        self.chunk_store: tuple[Any, str | None] | None = None  # (store, code): keep agent cells' finished chunks
 
     def __call__(self, cell: Cell) -> dict[str, list[dict]]:
         from qdrift.quant import reseed_rounding
@@ -41,7 +66,8 @@ class CellRunner:
             drift = cell.task.drift and cell.spec != BASELINE
             baseline = self.models.get(cell.model, BASELINE)[0] if drift else None
             traces = self.baseline_traces if cell.task.drift else None
-            rows = run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline, traces=traces)
+            chunks = StoreChunks(self.chunk_store[0], cell.key, self.chunk_store[1]) if self.chunk_store else None
+            rows = run_agent_cell(model, tokenizer, cell, self.batch, baseline=baseline, traces=traces, chunks=chunks)
             _same_environment_file(cell)  # edited while the cell ran: its rows may come from either file
             return rows
         return run_short_form_cell(model, tokenizer, cell)
@@ -68,9 +94,10 @@ def _same_environment_file(cell: Cell) -> None:
 
 
 def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
-                   traces: dict | None = None) -> dict[str, list[dict]]:
+                   traces: dict | None = None, chunks: StoreChunks | None = None) -> dict[str, list[dict]]:
     """Episodes of the cell's environment at its horizon, one per seed: episode and step rows, and
     with a `baseline` model the teacher-forced drift of `model` along the baseline's episodes.
+    `chunks`: keep each finished chunk of seeds but the last, and take the ones already kept.
 
     `traces` caches the baseline's token traces per (model, task, horizon, seeds): the baseline cell
     itself (`baseline` None) fills it as it runs, and a variant cell records what is missing."""
@@ -83,11 +110,18 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     task: AgentTask = cell.task
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
     if task.sampling:
-        return _sampled_cell(model, tokenizer, prompt, cell, batch)
+        return _sampled_cell(model, tokenizer, prompt, cell, batch, chunks)
     episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
     for start in range(0, len(seeds), batch):
         chunk = seeds[start:start + batch]
+        kept = _kept(chunks, chunk)
+        if kept is not None:
+            episodes += kept["episode"]
+            steps += kept["step"]
+            drift += kept.get("drift", [])
+            continue
+        n_before = (len(episodes), len(steps), len(drift))
 
         def envs(chunk=chunk):  # fresh instances for each run over this chunk of seeds
             return [make_environment(task.env, horizon=cell.horizon, seed=s, split="eval", **dict(task.knobs))
@@ -110,26 +144,54 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
             else:
                 recorded = traces[key]
             drift += drift_rows(baseline, model, recorded, chunk, first_id=start, env=task.env, horizon=cell.horizon)
+        if chunks is not None and start + batch < len(seeds):  # the last chunk is recorded with the cell
+            made = {"episode": episodes[n_before[0]:], "step": steps[n_before[1]:]}
+            if baseline is not None:
+                made["drift"] = drift[n_before[2]:]
+            chunks.save(_chunk_name(chunk), made)
     rows = {"episode": episodes, "step": steps}
     if baseline is not None:
         rows["drift"] = drift
     return rows
 
 
-def _sampled_cell(model, tokenizer, prompt, cell: Cell, batch: int) -> dict[str, list[dict]]:
+def _chunk_name(seeds) -> str:
+    return ",".join(map(str, seeds))
+
+
+def _kept(chunks: StoreChunks | None, seeds) -> dict[str, list[dict]] | None:
+    return None if chunks is None else chunks.load(_chunk_name(seeds))
+
+
+def _sampled_cell(model, tokenizer, prompt, cell: Cell, batch: int, chunks: StoreChunks | None = None
+                  ) -> dict[str, list[dict]]:
     """k sampled episodes per seed (`trial` 0..k-1, policy seed `seed + trial`), `batch` (seed, trial)
-    pairs in lockstep: a trial's trajectory does not depend on its batch (qdrift.envs.trials)."""
+    pairs in lockstep: a trial's trajectory does not depend on its batch (qdrift.envs.trials), so the
+    seeds go in chunks of batch // k (at least one), each a resumable chunk, with the episode ids an
+    unchunked run gives."""
     from qdrift.backends.hf import HFPolicy
     from qdrift.envs.trials import run_trials
 
     task: AgentTask = cell.task
     opts = task.sampling_options()
-    episodes, steps = run_trials(
-        lambda: HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens, temperature=opts["temperature"],
-                         top_p=opts["top_p"], seed=opts["seed"]),
-        task.env, cell.horizon, task.seeds, opts["samples"], batch_size=batch, split="eval", with_steps=True,
-        **dict(task.knobs))
-    return {"episode": [r.row() for r in episodes], "step": [s.row() for s in steps]}
+    k, seeds = opts["samples"], list(task.seeds)
+    per_chunk = max(1, batch // k)
+    episodes, steps = [], []
+    for start in range(0, len(seeds), per_chunk):
+        chunk = seeds[start:start + per_chunk]
+        kept = _kept(chunks, chunk)
+        if kept is None:
+            e, s = run_trials(
+                lambda: HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens,
+                                 temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"]),
+                task.env, cell.horizon, chunk, k, batch_size=batch, split="eval", with_steps=True,
+                first_id=start * k, **dict(task.knobs))
+            kept = {"episode": [r.row() for r in e], "step": [r.row() for r in s]}
+            if chunks is not None and start + per_chunk < len(seeds):
+                chunks.save(_chunk_name(chunk), kept)
+        episodes += kept["episode"]
+        steps += kept["step"]
+    return {"episode": episodes, "step": steps}
 
 
 def run_short_form_cell(model, tokenizer, cell: Cell) -> dict[str, list[dict]]:

@@ -4,6 +4,7 @@ an uninterrupted run records."""
 import pytest
 
 import qdrift.envs.runner as runner_module
+import qdrift.envs.trials as trials_module
 from qdrift.store import Store
 from qdrift.sweep import LocalExecutor, parse_sweep, run_sweep, unique_cells
 from qdrift.sweep.runners import CellRunner
@@ -47,7 +48,8 @@ def calls(monkeypatch):
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "run_episodes", counting)
+    monkeypatch.setattr(runner_module, "run_episodes", counting)  # greedy cells import it when they run
+    monkeypatch.setattr(trials_module, "run_episodes", counting)  # sampled cells, through run_trials
     return Calls
 
 

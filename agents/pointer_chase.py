@@ -22,6 +22,11 @@ from qdrift.envs.schema import function_tool
 from qdrift.envs.toolenv import Knob, ToolEnv
 
 
+def _of_length(digits: int) -> range:
+    """The numbers written with exactly `digits` digits."""
+    return range(0 if digits == 1 else 10 ** (digits - 1), 10 ** digits)
+
+
 class PointerChase(ToolEnv):
     name = "pointer_chase"
     knobs = {
@@ -31,29 +36,27 @@ class PointerChase(ToolEnv):
     }
 
     def check_settings(self):
-        def of_length(n: int) -> int:  # keys with exactly n digits
-            return 10 if n == 1 else 9 * 10 ** (n - 1)
-
         digits, keys = self.knob("digits"), self.horizon + 1 + self.knob("distractors")
-        if digits and of_length(digits) < 2 * keys:
-            fewest = next(n for n in range(1, 19) if of_length(n) >= 2 * keys)
+        if digits and len(_of_length(digits)) < 2 * keys:
+            fewest = next(n for n in range(1, 19) if len(_of_length(n)) >= 2 * keys)
             raise ValueError(f"pointer_chase: digits={digits} leaves too few keys for L + 1 + distractors = {keys} "
-                             f"(at most half the {of_length(digits)} keys of that length are used); "
+                             f"(at most half the {len(_of_length(digits))} keys of that length are used); "
                              f"valid: 0 or digits >= {fewest}")
 
     def build(self, rng):
         L, d, digits = self.horizon, self.knob("distractors"), self.knob("digits")
         if digits:
-            low, space = 10 ** (digits - 1) if digits > 1 else 0, 10 ** digits
+            numbers = _of_length(digits)
         else:
-            low, space = 0, 1000
+            space = 1000
             while space < 2 * (L + 1 + d):
                 space *= 10
+            numbers = range(space)
         used: set[int] = set()
 
         def fresh() -> str:
             while True:
-                n = rng.randrange(low, space)
+                n = rng.randrange(numbers.start, numbers.stop)  # randrange(stop) draws the same
                 if n not in used:
                     used.add(n)
                     return f"k{n}"

@@ -111,19 +111,10 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
     prompt = tool_prompt_for(tokenizer, **dict(task.prompt))
     if task.sampling:
         return _sampled_cell(model, tokenizer, prompt, cell, batch, chunks)
-    episodes, steps, drift = [], [], []
     seeds = list(task.seeds)
-    for start in range(0, len(seeds), batch):
-        chunk = seeds[start:start + batch]
-        kept = _kept(chunks, chunk)
-        if kept is not None:
-            episodes += kept["episode"]
-            steps += kept["step"]
-            drift += kept.get("drift", [])
-            continue
-        n_before = (len(episodes), len(steps), len(drift))
 
-        def envs(chunk=chunk):  # fresh instances for each run over this chunk of seeds
+    def run_chunk(start: int, chunk: list[int]) -> dict[str, list[dict]]:
+        def envs():  # fresh instances for each run over this chunk of seeds
             return [make_environment(task.env, horizon=cell.horizon, seed=s, split="eval", **dict(task.knobs))
                     for s in chunk]
 
@@ -131,8 +122,7 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
         policy = HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens,
                           record_tokens=traces is not None and baseline is None)  # the baseline cell records
         e, s = run_episodes(policy, envs(), first_id=start)
-        episodes += [r.row() for r in e]
-        steps += [r.row() for r in s]
+        made = {"episode": [r.row() for r in e], "step": [r.row() for r in s]}
         if policy.record_tokens:
             traces[key] = [list(t) for t in policy.token_trace]
         if baseline is not None:
@@ -143,24 +133,31 @@ def run_agent_cell(model, tokenizer, cell: Cell, batch: int = 50, baseline=None,
                     traces[key] = recorded
             else:
                 recorded = traces[key]
-            drift += drift_rows(baseline, model, recorded, chunk, first_id=start, env=task.env, horizon=cell.horizon)
-        if chunks is not None and start + batch < len(seeds):  # the last chunk is recorded with the cell
-            made = {"episode": episodes[n_before[0]:], "step": steps[n_before[1]:]}
-            if baseline is not None:
-                made["drift"] = drift[n_before[2]:]
-            chunks.save(_chunk_name(chunk), made)
-    rows = {"episode": episodes, "step": steps}
-    if baseline is not None:
-        rows["drift"] = drift
+            made["drift"] = drift_rows(baseline, model, recorded, chunk, first_id=start, env=task.env,
+                                       horizon=cell.horizon)
+        return made
+
+    kinds = ("episode", "step", "drift") if baseline is not None else ("episode", "step")
+    return _in_chunks(seeds, batch, chunks, run_chunk, kinds)
+
+
+def _in_chunks(seeds: list[int], size: int, chunks: StoreChunks | None, run_chunk, kinds: tuple[str, ...]
+               ) -> dict[str, list[dict]]:
+    """`run_chunk(start, seeds)` over `seeds` in chunks of `size`, rows joined in order; with `chunks`, a
+    chunk kept by an earlier run is taken instead, and each one run but the last is kept (the last is
+    recorded with the cell)."""
+    rows: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    for start in range(0, len(seeds), size):
+        chunk = seeds[start:start + size]
+        name = ",".join(map(str, chunk))
+        made = None if chunks is None else chunks.load(name)
+        if made is None:
+            made = run_chunk(start, chunk)
+            if chunks is not None and start + size < len(seeds):
+                chunks.save(name, made)
+        for kind in kinds:
+            rows[kind] += made.get(kind, [])
     return rows
-
-
-def _chunk_name(seeds) -> str:
-    return ",".join(map(str, seeds))
-
-
-def _kept(chunks: StoreChunks | None, seeds) -> dict[str, list[dict]] | None:
-    return None if chunks is None else chunks.load(_chunk_name(seeds))
 
 
 def _sampled_cell(model, tokenizer, prompt, cell: Cell, batch: int, chunks: StoreChunks | None = None
@@ -174,24 +171,17 @@ def _sampled_cell(model, tokenizer, prompt, cell: Cell, batch: int, chunks: Stor
 
     task: AgentTask = cell.task
     opts = task.sampling_options()
-    k, seeds = opts["samples"], list(task.seeds)
-    per_chunk = max(1, batch // k)
-    episodes, steps = [], []
-    for start in range(0, len(seeds), per_chunk):
-        chunk = seeds[start:start + per_chunk]
-        kept = _kept(chunks, chunk)
-        if kept is None:
-            e, s = run_trials(
-                lambda: HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens,
-                                 temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"]),
-                task.env, cell.horizon, chunk, k, batch_size=batch, split="eval", with_steps=True,
-                first_id=start * k, **dict(task.knobs))
-            kept = {"episode": [r.row() for r in e], "step": [r.row() for r in s]}
-            if chunks is not None and start + per_chunk < len(seeds):
-                chunks.save(_chunk_name(chunk), kept)
-        episodes += kept["episode"]
-        steps += kept["step"]
-    return {"episode": episodes, "step": steps}
+    k = opts["samples"]
+
+    def run_chunk(start: int, chunk: list[int]) -> dict[str, list[dict]]:
+        e, s = run_trials(
+            lambda: HFPolicy(model, tokenizer, prompt, max_new_tokens=task.max_new_tokens,
+                             temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"]),
+            task.env, cell.horizon, chunk, k, batch_size=batch, split="eval", with_steps=True,
+            first_id=start * k, **dict(task.knobs))
+        return {"episode": [r.row() for r in e], "step": [r.row() for r in s]}
+
+    return _in_chunks(list(task.seeds), max(1, batch // k), chunks, run_chunk, ("episode", "step"))
 
 
 def run_short_form_cell(model, tokenizer, cell: Cell) -> dict[str, list[dict]]:

@@ -76,8 +76,12 @@ def test_a_killed_cell_resumes_after_its_last_finished_chunk_with_the_rows_of_an
 
 
 def test_chunks_kept_by_other_code_are_not_mixed_into_a_cell(tmp_path, calls):
+    from qdrift.code_fingerprint import running_code
+
     cell = unique_cells(parse_sweep(GREEDY))[0]
-    with Store(tmp_path / "r.sqlite") as store:
-        store.save_chunk(cell.key, "1000000,1000001", {"episode": [{"seed": -1}], "step": []}, "other code")
-        assert run(GREEDY, store).done == 2
-        assert -1 not in {r["seed"] for r in store.rows("episode")} and store.chunk_count() == 0
+    fake = {"episode": [{"seed": -1}], "step": []}
+    for code, taken in (("other code", False), (running_code(), True)):  # the second shows the name is the chunk's
+        with Store(tmp_path / f"{taken}.sqlite") as store:
+            store.save_chunk(cell.key, "1000000,1000001", fake, code)
+            assert run(GREEDY, store).done == 2 and store.chunk_count() == 0
+            assert (-1 in {r["seed"] for r in store.rows("episode")}) is taken
